@@ -1,0 +1,339 @@
+/*
+ * spillway.h -- the whole public C API of libspillway.
+ *
+ * spillway manages accelerator memory for the runtimes above it: per-device
+ * accounting, a caching allocator, budgets, and (as they land) spilling of
+ * least-recently-used buffers to host memory, memory-pressure callbacks and
+ * queues.  If a function does not appear in this file it is not part of the
+ * published API.
+ *
+ * Conventions (they hold for every function below unless it says otherwise):
+ *  - Functions return int: SW_OK (0) on success or a negative SW_ERR_* code.
+ *    A failing call also sets a per-thread detail message, read with
+ *    sw_last_error().  A failed call changes no state and moves no ownership.
+ *  - Results come back through trailing out-parameters, which are set to
+ *    NULL/0 when the call fails.
+ *  - Handles are opaque.  Destroying or closing NULL is a harmless no-op.
+ *    A freed or foreign handle passed to any function is reported as
+ *    SW_ERR_INVALID_HANDLE (detected by a magic number in type-stable memory;
+ *    freed handle slots are reused as late as possible).
+ *  - Every function is thread-safe.  Each device has one mutex; no call ever
+ *    holds two device locks at once.
+ */
+#ifndef SPILLWAY_H
+#define SPILLWAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(SW_BUILDING_LIBRARY) && defined(__GNUC__)
+#define SW_API __attribute__((visibility("default")))
+#else
+#define SW_API
+#endif
+
+#define SW_VERSION_MAJOR 0
+#define SW_VERSION_MINOR 1
+#define SW_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------
+ * Errors
+ * ---------------------------------------------------------------------- */
+
+/* One table generates the codes, sw_err_name() and sw_strerror(). */
+#define SW_ERRNO_MAP(X)                                                       \
+    X(INVALID_ARG, -1, "invalid argument")                                   \
+    X(INVALID_HANDLE, -2, "invalid, freed or foreign handle")                \
+    X(OOM, -3, "out of device memory")                                       \
+    X(HOST_OOM, -4, "out of host memory")                                    \
+    X(NO_DEVICE, -5, "no such device")                                       \
+    X(OUT_OF_RANGE, -6, "byte range outside the buffer")                     \
+    X(TOO_LARGE, -7, "size too large")                                       \
+    X(BUSY, -8, "resource busy")                                             \
+    X(DEVICE, -9, "device or driver error")                                  \
+    X(UNSUPPORTED, -10, "not supported by this device")                      \
+    X(DTYPE, -11, "unsupported element type")
+
+typedef enum sw_error {
+    SW_OK = 0,
+#define SW__ERR_ENUM(name, code, msg) SW_ERR_##name = code,
+    SW_ERRNO_MAP(SW__ERR_ENUM)
+#undef SW__ERR_ENUM
+} sw_error;
+
+/* "SW_ERR_OOM" etc.; "SW_ERR_UNKNOWN" for a code not in the table. */
+SW_API const char *sw_err_name(int err);
+/* A short static description of the code. */
+SW_API const char *sw_strerror(int err);
+/* The detail of the last failing call on this thread ("" if none yet).  The
+ * pointer stays valid until the next spillway call on this thread. */
+SW_API const char *sw_last_error(void);
+
+/* ------------------------------------------------------------------------
+ * Element types and built-in kernels
+ * ---------------------------------------------------------------------- */
+
+typedef enum sw_dtype {
+    SW_FLOAT32 = 0,
+    SW_FLOAT64 = 1,
+    SW_INT32 = 2,
+    SW_INT64 = 3,
+} sw_dtype;
+
+/* Size in bytes of one element, or 0 for an unknown dtype. */
+SW_API size_t sw_dtype_size(sw_dtype dtype);
+
+/* A scalar argument or result: .f for float dtypes, .i for integer ones. */
+typedef union sw_scalar {
+    double f;
+    int64_t i;
+} sw_scalar;
+
+/* ------------------------------------------------------------------------
+ * Devices
+ * ---------------------------------------------------------------------- */
+
+typedef struct sw_device sw_device;
+
+/* Number of devices across every backend present ("sim:0", "opencl:0", ...).
+ * Backends that are absent (no driver, no platform) contribute none. */
+SW_API int sw_device_count(size_t *count);
+
+/* Spec string ("sim:0") of the index-th device, written NUL-terminated into
+ * buf of len bytes.  SW_ERR_NO_DEVICE past the end; SW_ERR_INVALID_ARG if buf
+ * is too small. */
+SW_API int sw_device_spec_at(size_t index, char *buf, size_t len);
+
+/* Open a device by spec ("sim:0", "opencl:1", "cuda:0").  NULL or "" opens
+ * the default: $SPILLWAY_DEVICE if set, else "sim:0".  Opening is
+ * reference-counted: every successful open must be paired with a close, and
+ * the same spec always yields the same handle.  Device handles stay valid for
+ * the life of the process. */
+SW_API int sw_device_open(const char *spec, sw_device **out);
+
+/* Drop one reference.  Dropping the last one while buffers are still live
+ * fails with SW_ERR_BUSY and keeps the reference (so a leak is an error, not
+ * a crash); otherwise the last close releases the device's resources. */
+SW_API int sw_device_close(sw_device *dev);
+
+/* The device's spec ("sim:0"), valid for the life of the process. */
+SW_API const char *sw_device_name(const sw_device *dev);
+
+/* A human-readable description of the hardware or runtime behind it. */
+SW_API const char *sw_device_description(const sw_device *dev);
+
+/* Wait until all work queued on the device has completed.  The device lock
+ * is not held while waiting. */
+SW_API int sw_device_synchronize(sw_device *dev);
+
+/* ------------------------------------------------------------------------
+ * Accounting
+ * ---------------------------------------------------------------------- */
+
+typedef struct sw_memory_info {
+    /* Bytes of device memory held by live buffers (sizes rounded up to the
+     * allocation granularity, SW_ALLOC_GRANULARITY). */
+    uint64_t in_use;
+    uint64_t peak;   /* highest in_use since open or sw_reset_peak */
+    uint64_t cached; /* freed blocks kept for reuse */
+    uint64_t spilled; /* bytes of live buffers held in host memory */
+    uint64_t device_free;  /* what the driver says is free; 0 if unknown */
+    uint64_t device_total; /* the device's capacity; 0 if unknown */
+    int device_free_known; /* 0 when the driver cannot tell device_free */
+    uint64_t budget;       /* 0: none */
+    /* Counters since the device was opened. */
+    uint64_t allocs, frees, spills, restores;
+    uint64_t spilled_bytes_total, restored_bytes_total;
+    double spill_seconds, restore_seconds;
+    uint64_t alloc_retries; /* allocation attempts repeated after a failure */
+    uint64_t ooms;          /* allocations that failed for good */
+    uint64_t gc_runs;       /* collections run by pressure callbacks */
+} sw_memory_info;
+
+/* Sizes are rounded up to a multiple of this (the unit of in_use). */
+#define SW_ALLOC_GRANULARITY 512u
+
+SW_API int sw_memory_info_get(sw_device *dev, sw_memory_info *out);
+
+/* peak = in_use.  Open peak scopes are not disturbed. */
+SW_API int sw_reset_peak(sw_device *dev);
+
+/* Peak scopes report the highest in_use between their begin and end.  They
+ * nest (and may even end out of order, from different threads): neither an
+ * inner scope nor sw_reset_peak disturbs an outer one.  The scope's peak
+ * starts at in_use when it begins. */
+typedef struct sw_peak_scope sw_peak_scope;
+SW_API int sw_peak_scope_begin(sw_device *dev, sw_peak_scope **out);
+/* The peak so far, without ending the scope. */
+SW_API int sw_peak_scope_peak(sw_peak_scope *scope, uint64_t *peak);
+/* End the scope, report its peak (peak may be NULL) and free it. */
+SW_API int sw_peak_scope_end(sw_peak_scope *scope, uint64_t *peak);
+
+/* Bound the device memory spillway holds, in_use + cached, to bytes (0: no
+ * budget).  An allocation that would pass it first trims the cache, then
+ * fails with SW_ERR_OOM.  A budget below what is already held is accepted:
+ * the next allocation that needs room trims the cache or fails. */
+SW_API int sw_set_memory_budget(sw_device *dev, uint64_t bytes);
+SW_API int sw_get_memory_budget(sw_device *dev, uint64_t *bytes);
+
+/* Release every cached block back to the device. */
+SW_API int sw_empty_cache(sw_device *dev);
+
+/* ------------------------------------------------------------------------
+ * Buffers
+ * ---------------------------------------------------------------------- */
+
+typedef struct sw_buffer sw_buffer;
+
+/* Device memory as a launch sees it: base is the backend's handle of the
+ * whole allocation (a device address on the simulated device and CUDA, a
+ * cl_mem on OpenCL) and offset the byte offset of the buffer inside it, so
+ * that base + offset is the address where addresses exist.  A 0-byte buffer
+ * has base 0. */
+typedef struct sw_devmem {
+    uintptr_t base;
+    size_t offset;
+} sw_devmem;
+
+typedef enum sw_buffer_state {
+    SW_RESIDENT = 0, /* in device memory */
+    SW_SPILLED = 1,  /* only a host copy exists */
+} sw_buffer_state;
+
+/* Maximum tag length kept (longer tags are truncated). */
+#define SW_TAG_MAX 47
+
+/* Allocate size bytes of device memory.  tag (may be NULL) names the origin
+ * for attribution in error messages.  size 0 is valid: the buffer holds no
+ * device memory and every access to it is of 0 bytes.  Sizes that cannot be
+ * rounded to the granularity, or that exceed the device, fail with
+ * SW_ERR_TOO_LARGE; SW_ERR_OOM when memory (or the budget) runs out, with a
+ * message naming requested bytes, in_use, cached, budget, device free/total
+ * and the five largest live buffers. */
+SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
+                           sw_buffer **out);
+
+/* A view of bytes [offset, offset + size) of buf.  The view holds a
+ * reference to the base allocation, which stays alive (and counted in
+ * in_use) until the base and all its views are freed.  A view of a view is a
+ * view of the same base. */
+SW_API int sw_buffer_view(sw_buffer *buf, size_t offset, size_t size,
+                          sw_buffer **out);
+
+/* Add a reference to the handle; each reference is dropped by one
+ * sw_buffer_free. */
+SW_API int sw_buffer_retain(sw_buffer *buf);
+
+/* Drop one reference.  When the last reference to a handle goes, the handle
+ * is dead (any later use, including a second free, is SW_ERR_INVALID_HANDLE)
+ * and, once the base and its views are all dead, its device memory returns
+ * to the cache in stream order: after all work already queued that uses it.
+ * Never waits for the device.  NULL is a no-op. */
+SW_API int sw_buffer_free(sw_buffer *buf);
+
+SW_API int sw_buffer_size(sw_buffer *buf, size_t *size);
+SW_API int sw_buffer_device(sw_buffer *buf, sw_device **dev);
+SW_API int sw_buffer_state_get(sw_buffer *buf, sw_buffer_state *state);
+/* Copies the tag (possibly "") into buf of len bytes, truncating. */
+SW_API int sw_buffer_tag(sw_buffer *buf, char *out, size_t len);
+
+/* Host access to bytes [offset, offset + n).  Ordered after work already
+ * queued on the device; they return once the copy is complete.  A range
+ * past the end is SW_ERR_OUT_OF_RANGE. */
+SW_API int sw_buffer_read(sw_buffer *buf, size_t offset, void *dst, size_t n);
+SW_API int sw_buffer_write(sw_buffer *buf, size_t offset, const void *src,
+                           size_t n);
+
+/* Device-to-device copy of n bytes, queued (asynchronous). */
+SW_API int sw_buffer_copy(sw_buffer *dst, size_t dst_offset, sw_buffer *src,
+                          size_t src_offset, size_t n);
+
+/* Fill bytes [offset, offset + n) with a repeated pattern of 1, 2, 4 or 8
+ * bytes (n a multiple of pattern_size), queued. */
+SW_API int sw_buffer_fill(sw_buffer *buf, size_t offset, size_t n,
+                          const void *pattern, size_t pattern_size);
+
+/* The buffer's device memory, for a caller's own launch.  Valid until the
+ * buffer is freed (and, once spilling exists, only inside a launch; see
+ * sw_launch_begin). */
+SW_API int sw_buffer_device_ptr(sw_buffer *buf, sw_devmem *out);
+
+/* ------------------------------------------------------------------------
+ * Launches
+ * ---------------------------------------------------------------------- */
+
+/* Prepare a launch that uses n buffers (all on dev): each is made usable on
+ * the device and pinned, and its device memory written to ptrs[i].  Pinned
+ * buffers stay where they are until sw_launch_end with the same array.
+ * Duplicates in the array are allowed. */
+SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
+                           sw_devmem *ptrs);
+/* Unpin what sw_launch_begin pinned (the same bufs and n). */
+SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n);
+
+typedef enum sw_kernel {
+    SW_KERNEL_FILL = 0,  /* out[i] = alpha                   */
+    SW_KERNEL_COPY = 1,  /* out[i] = a[i]                    */
+    SW_KERNEL_ADD = 2,   /* out[i] = a[i] + b[i]             */
+    SW_KERNEL_SCALE = 3, /* out[i] = alpha * a[i]            */
+    SW_KERNEL_AXPY = 4,  /* out[i] = alpha * a[i] + out[i]   */
+    SW_KERNEL_SUM = 5,   /* out[0] = sum of a[0..n): float32 and float64
+                          * sum into one float64, int32 and int64 into one
+                          * int64 (wrapping); a fixed order, so results are
+                          * reproducible */
+} sw_kernel;
+
+typedef struct sw_kernel_args {
+    sw_kernel kernel;
+    sw_dtype dtype;
+    size_t n;        /* elements */
+    sw_devmem out;   /* for SW_KERNEL_SUM: 8 bytes */
+    sw_devmem a, b;  /* unused operands are ignored */
+    sw_scalar alpha; /* .f or .i by dtype */
+} sw_kernel_args;
+
+/* Queue a built-in kernel on device memory obtained from sw_launch_begin.
+ * Integer arithmetic wraps.  The simulated device checks, when the kernel
+ * runs, that every byte it touches lies inside a live allocation, and
+ * aborts the process with a report otherwise. */
+SW_API int sw_launch_kernel(sw_device *dev, const sw_kernel_args *args);
+
+/* Buffer-level operations: launch_begin + kernel + launch_end.  n is the
+ * element count; every buffer must hold n elements of dtype. */
+SW_API int sw_op_fill(sw_buffer *out, sw_dtype dtype, size_t n,
+                      sw_scalar value);
+SW_API int sw_op_add(sw_buffer *out, sw_buffer *a, sw_buffer *b,
+                     sw_dtype dtype, size_t n);
+SW_API int sw_op_scale(sw_buffer *out, sw_buffer *a, sw_scalar alpha,
+                       sw_dtype dtype, size_t n);
+/* y <- alpha * x + y */
+SW_API int sw_op_axpy(sw_scalar alpha, sw_buffer *x, sw_buffer *y,
+                      sw_dtype dtype, size_t n);
+/* Reduce on the device and wait for the result (.f for float dtypes, .i for
+ * integer ones). */
+SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out);
+
+/* ------------------------------------------------------------------------
+ * Fault injection (every backend: done in the core's wrapper of each
+ * backend operation)
+ * ---------------------------------------------------------------------- */
+
+typedef enum sw_fault_op {
+    SW_FAULT_ALLOC = 0, /* backend allocations fail with SW_ERR_OOM     */
+    SW_FAULT_COPY = 1,  /* backend copies (either direction) fail with
+                         * SW_ERR_DEVICE                                */
+} sw_fault_op;
+
+/* Make the nth (1-based) next call of op fail; with persistent != 0, that
+ * call and every later one fail.  nth = 0 disarms. */
+SW_API int sw_inject_fault(sw_device *dev, sw_fault_op op, uint64_t nth,
+                           int persistent);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPILLWAY_H */

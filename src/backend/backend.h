@@ -1,0 +1,124 @@
+/*
+ * backend.h -- the contract every backend implements, stated once.
+ *
+ * A backend is one `static const sw__backend_ops` table (sim.c, opencl.c,
+ * cuda.c), registered in src/core/device.c.  It is mechanism only: policy
+ * (accounting, caching, budgets, spilling, fault injection) lives in the
+ * core, which reaches a backend solely through the thin wrappers in
+ * src/core/bops.c.  New members are only ever appended, and `version` says
+ * which exist.
+ *
+ * Rules:
+ *  - Every operation returns SW_OK or a negative SW_ERR_* code; on failure it
+ *    also sets the detail message with sw__errorf() (the one hook into the
+ *    core a backend may use) and leaves its out-parameters untouched.
+ *  - The core calls every operation on a device with that device's mutex
+ *    held, except event_wait/event_query/event_release and synchronize,
+ *    which it calls without the lock (they can block).  A backend therefore
+ *    needs no locking of its own for its device state, except for state it
+ *    shares with threads of its own (the simulated device's worker) or with
+ *    the wait operations.
+ *  - Queues are in order.  Operations that take a queue are enqueued on it
+ *    and may complete later; host memory passed to them must stay valid
+ *    until an event recorded after them has completed.
+ *  - A backend never calls back into the core (no allocation, no locks).
+ */
+#ifndef SW_BACKEND_H
+#define SW_BACKEND_H
+
+#include "spillway.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SW__BACKEND_VERSION 1
+
+typedef struct sw__bdev sw__bdev;     /* a backend's open device */
+typedef struct sw__bqueue sw__bqueue; /* an in-order queue on it */
+typedef struct sw__bevent sw__bevent; /* a point in a queue */
+
+/* What open() reports about a device. */
+typedef struct sw__device_props {
+    char description[160];
+    uint64_t total;     /* capacity in bytes; 0 if unknown */
+    uint64_t max_alloc; /* largest single allocation; 0 = total */
+    /* Nonzero when device addresses are host addresses (the simulated
+     * device; a CPU OpenCL device whose buffers can be mapped). */
+    int host_addressable;
+} sw__device_props;
+
+typedef struct sw__backend_ops {
+    int version; /* SW__BACKEND_VERSION when written */
+    const char *name; /* spec prefix: "sim", "opencl", "cuda" */
+
+    /* Devices this backend offers now.  When none are available (no driver,
+     * no platform) *count = 0 and why (why_len bytes) says why in one line.
+     * pre: count, why non-NULL. */
+    int (*device_count)(int *count, char *why, size_t why_len);
+
+    /* Open device index (0 <= index < count).  props is filled in. */
+    int (*open)(int index, sw__bdev **out, sw__device_props *props);
+    /* pre: no live allocations, no queues but the default; waits for the
+     * device to finish its work, then releases everything. */
+    void (*close)(sw__bdev *dev);
+
+    /* pre: size > 0 and a multiple of SW_ALLOC_GRANULARITY.  The memory is
+     * usable by work queued on any queue of the device after this returns.
+     * SW_ERR_OOM when the device cannot provide it now. */
+    int (*alloc)(sw__bdev *dev, size_t size, uintptr_t *mem);
+    /* Stream-ordered free: mem returns to the device after all work queued
+     * on q before this call has completed.  Never waits.  pre: mem came from
+     * alloc and size is the size it was allocated with. */
+    int (*free)(sw__bdev *dev, sw__bqueue *q, uintptr_t mem, size_t size);
+    /* Driver's view of memory. *free_known = 0 when it cannot tell. */
+    int (*mem_info)(sw__bdev *dev, uint64_t *free, uint64_t *total,
+                    int *free_known);
+
+    /* The device's in-order default queue, created by open. */
+    sw__bqueue *(*default_queue)(sw__bdev *dev);
+    int (*queue_create)(sw__bdev *dev, sw__bqueue **out);
+    /* Waits for the queue's work, then destroys it. */
+    void (*queue_destroy)(sw__bqueue *q);
+
+    /* Enqueued transfers.  Offsets are byte offsets into the allocation
+     * mem; pre: ranges lie inside their allocations, n > 0. */
+    int (*write)(sw__bqueue *q, uintptr_t dst, size_t dst_off,
+                 const void *src, size_t n);
+    int (*read)(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
+                size_t n);
+    int (*copy)(sw__bqueue *q, uintptr_t dst, size_t dst_off, uintptr_t src,
+                size_t src_off, size_t n);
+    /* pre: pattern_size in {1,2,4,8}, n a multiple of it. */
+    int (*fill)(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
+                const void *pattern, size_t pattern_size);
+    /* A built-in kernel; args validated by the core (dtype, kernel, n > 0,
+     * operand ranges inside the buffers the core knows of). */
+    int (*launch)(sw__bqueue *q, const sw_kernel_args *args);
+
+    /* An event completes when all work enqueued on q before it has. */
+    int (*event_record)(sw__bqueue *q, sw__bevent **out);
+    /* Without the device lock.  *done = 1 when complete.  An error that
+     * surfaced in the work before the event is returned here. */
+    int (*event_query)(sw__bevent *ev, int *done);
+    /* Without the device lock.  Blocks until complete; returns the first
+     * error of the work before it, as event_query. */
+    int (*event_wait)(sw__bevent *ev);
+    void (*event_release)(sw__bevent *ev);
+    /* Without the device lock: wait for all work on q. */
+    int (*synchronize)(sw__bqueue *q);
+} sw__backend_ops;
+
+/* The backends this build has (NULL-free list in src/core/device.c). */
+extern const sw__backend_ops sw__sim_backend;
+
+/* Set the calling thread's detail message; returns code, so that
+ * `return sw__errorf(SW_ERR_OOM, "...", ...);` reads naturally. */
+int sw__errorf(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Parse a byte size with an optional K/M/G/T suffix (powers of 1024):
+ * "512M", "2G", "1048576".  Returns 0 on success, -1 if malformed. */
+int sw__parse_size(const char *s, uint64_t *out);
+
+#endif /* SW_BACKEND_H */
