@@ -1,0 +1,142 @@
+# Makefile -- spillway's front door.  On a fresh Debian machine
+#
+#   make demo     bootstrap, build, then `spillway info` and `spillway demo`
+#   make test     bootstrap, build (plain, ASan+UBSan, TSan), run every suite
+#
+# each install whatever is missing (system packages through apt, a Python
+# venv with the pinned build tools) and then configure, build and run.
+# Other targets: build, bench, bootstrap, clean, distclean, help.
+#
+# Build directories, all configured with the venv's meson:
+#   build/        debugoptimized                          (make build, demo)
+#   build-asan/   + AddressSanitizer and UndefinedBehaviorSanitizer
+#   build-tsan/   + ThreadSanitizer
+# Suite logs go to build/logs/NAME.log.
+
+.DEFAULT_GOAL := build
+MAKEFLAGS += --no-print-directory
+SHELL := /bin/bash
+
+PYTHON ?= python3
+VENV := .venv
+VENV_STAMP := $(VENV)/.requirements.stamp
+MESON := $(VENV)/bin/meson
+NINJA := $(VENV)/bin/ninja
+
+# The venv's tools come first (meson looks for ninja on PATH).
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export PYTHON
+
+MESON_OPTS :=
+ASAN_OPTS := -Db_sanitize=address,undefined -Db_lundef=false \
+             -Dc_args=-fno-omit-frame-pointer
+TSAN_OPTS := -Db_sanitize=thread -Db_lundef=false
+
+TEST_BIN := tests/c/test_spillway
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 detect_deadlocks=1 second_deadlock_stack=1"
+
+# ---------------------------------------------------------------------------
+# Test suites: one line each, NAME 'bash command'.  Each command must end
+# its output with "N passed, N failed[, N skipped]" (pytest's summary line
+# is read too) and exit non-zero on failure; exiting 77 with no summary
+# means "not applicable here" (see scripts/if-device.sh, if-tests.sh).
+# scripts/run-suites.sh runs them in order, logs each to build/logs/NAME.log,
+# and ends with a table and the total line.  `make test SUITES="c c-tsan"`
+# runs only those.
+# ---------------------------------------------------------------------------
+ALL_SUITES =
+ALL_SUITES += c         'SW_TEST_DEVICE=sim:0 build/$(TEST_BIN)'
+ALL_SUITES += c-asan    'SW_TEST_DEVICE=sim:0 $(ASAN_ENV) build-asan/$(TEST_BIN)'
+ALL_SUITES += c-tsan    'SW_TEST_DEVICE=sim:0 $(TSAN_ENV) scripts/tsan-exec.sh build-tsan/$(TEST_BIN) thread'
+# ALL_SUITES += c-opencl  'scripts/if-device.sh opencl:0 build/$(TEST_BIN)'
+# ALL_SUITES += python    'scripts/if-tests.sh tests/python $(VENV)/bin/python -m pytest -q tests/python'
+SUITES ?=
+
+# ---------------------------------------------------------------------------
+
+.PHONY: all build build-asan build-tsan build-all test demo bench bootstrap \
+        system venv clean distclean help
+
+all: build
+
+help:
+	@echo "make demo       bootstrap, build, show devices and run the demo"
+	@echo "make test       bootstrap, build all three build dirs, run every suite"
+	@echo "make build      bootstrap and build build/ (the default)"
+	@echo "make bench      build and run the benchmarks in build/bench, if any"
+	@echo "make bootstrap  install missing system packages and the venv only"
+	@echo "make clean      remove the build directories (keeps .venv)"
+	@echo "make distclean  clean, and remove .venv and Python caches"
+	@echo "variables: SUITES=\"c c-tsan\" runs a subset of the suites;"
+	@echo "           PYTHON=python3 makes the venv; SW_SUITE_TIMEOUT=1800 (s)"
+
+# --- bootstrap --------------------------------------------------------------
+
+# Cheap when everything is there: probes and dpkg-query, no apt.
+system:
+	@scripts/bootstrap-system.sh
+
+# Redone only when requirements.txt changes.
+$(VENV_STAMP): requirements.txt | system
+	@scripts/bootstrap-venv.sh $(VENV) requirements.txt $@
+
+venv: $(VENV_STAMP)
+
+bootstrap: system venv
+
+# --- configure and build ----------------------------------------------------
+
+# Reconfigured when the venv (so meson) or this file (so the options)
+# changes; ninja regenerates by itself when a meson.build changes.
+build/build.ninja: $(VENV_STAMP) Makefile | system
+	@MESON=$(MESON) scripts/configure.sh build $(MESON_OPTS)
+	@touch $@
+
+build-asan/build.ninja: $(VENV_STAMP) Makefile | system
+	@MESON=$(MESON) scripts/configure.sh build-asan $(MESON_OPTS) $(ASAN_OPTS)
+	@touch $@
+
+build-tsan/build.ninja: $(VENV_STAMP) Makefile | system
+	@MESON=$(MESON) scripts/configure.sh build-tsan $(MESON_OPTS) $(TSAN_OPTS)
+	@touch $@
+
+build: build/build.ninja
+	$(NINJA) -C build
+
+build-asan: build-asan/build.ninja
+	$(NINJA) -C build-asan
+
+build-tsan: build-tsan/build.ninja
+	$(NINJA) -C build-tsan
+
+build-all: build build-asan build-tsan
+
+# --- run --------------------------------------------------------------------
+
+test: build-all
+	@SW_SUITES="$(SUITES)" scripts/run-suites.sh $(ALL_SUITES)
+
+demo: build
+	build/spillway info
+	build/spillway demo
+
+bench: build
+	@found=0; \
+	for b in build/bench/*; do \
+	  if [[ -f $$b && -x $$b ]]; then found=1; echo "== $$b"; "$$b" || exit 1; fi; \
+	done; \
+	if [[ $$found == 0 ]]; then \
+	  echo "make bench: no benchmark programs in build/bench (none are built yet)"; \
+	fi
+
+# --- clean ------------------------------------------------------------------
+
+clean:
+	rm -rf build build-asan build-tsan
+
+distclean: clean
+	rm -rf $(VENV)
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+	find . -name '*.pyc' -delete

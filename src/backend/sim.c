@@ -1,0 +1,1457 @@
+/*
+ * sim.c -- the simulated device: the default backend, no hardware needed.
+ *
+ * A device is one fixed-size arena of host memory (mmap'd, MAP_NORESERVE,
+ * so an unused arena costs address space only) carved by a real allocator,
+ * so that fragmentation, out-of-memory and device_free behave as on a GPU.
+ * Device addresses are host addresses.  Each queue is a worker thread that
+ * runs a FIFO of commands; all device work, transfers included, runs there,
+ * so it is as asynchronous as on real hardware and ordering bugs show up.
+ *
+ * The sim doubles as a checker: before a command touches device memory the
+ * worker proves that every byte range lies inside one live block, and
+ * otherwise reports what the command, operand and range were and what is
+ * there, then aborts.  Freed memory is poisoned with 0xDB.
+ *
+ * Configuration: SPILLWAY_SIM_MEMORY (capacity per device, default 1G) and
+ * SPILLWAY_SIM_DEVICES (count, default 1, at most 64).
+ *
+ * Threads and locks.  The core calls us with its device mutex held, except
+ * for the wait operations.  Our own locks are leaves, never nested in each
+ * other except in the fork handlers (registry -> queues -> arenas):
+ *  - arena.mu: the block list and both trees; held only for tree work,
+ *    never while waiting or while touching block contents;
+ *  - queue.mu: the command FIFO and the submitted/completed counters;
+ *  - event.mu: one event's state;
+ *  - sim__registry_mu: the lists of open devices and their queues, which
+ *    only the fork handlers walk.
+ */
+#include "backend.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define SIM__MAX_DEVICES 64
+#define SIM__DEFAULT_MEMORY (UINT64_C(1) << 30)
+#define SIM__MIN_MEMORY (UINT64_C(1) << 20)
+#define SIM__MAX_MEMORY (UINT64_C(1) << 40)
+#define SIM__POISON 0xDB
+
+/* ------------------------------------------------------------------------
+ * Types
+ * ---------------------------------------------------------------------- */
+
+typedef enum sim__block_state {
+    SIM__FREE,   /* in the free tree: may be handed out */
+    SIM__LIVE,   /* in the live tree: allocated */
+    SIM__DOOMED, /* in the live tree: allocated, its free is queued */
+    SIM__DYING,  /* in no tree: the worker is poisoning it */
+} sim__block_state;
+
+/* A block covers [addr, addr + size).  Blocks tile the arena without gaps;
+ * prev/next link them in address order so a free can coalesce.  A block is
+ * in at most one tree at a time, so the two trees share the links. */
+typedef struct sim__block {
+    struct sim__block *prev, *next;
+    struct sim__block *left, *right;
+    uintptr_t addr;
+    size_t size;
+    uint32_t prio; /* treap heap key, fixed for the struct's life */
+    unsigned char state;
+} sim__block;
+
+typedef struct sim__arena {
+    pthread_mutex_t mu;
+    unsigned char *base;
+    size_t capacity;
+    size_t allocated;      /* bytes in LIVE, DOOMED and DYING blocks */
+    sim__block *first;     /* lowest block; never merged away */
+    sim__block *free_root; /* FREE blocks by (size, addr): best fit */
+    sim__block *live_root; /* LIVE and DOOMED blocks by addr: lookups */
+    uint32_t rng;
+} sim__arena;
+
+typedef enum sim__cmd_kind {
+    SIM__CMD_WRITE,
+    SIM__CMD_READ,
+    SIM__CMD_COPY,
+    SIM__CMD_FILL,
+    SIM__CMD_KERNEL,
+    SIM__CMD_FREE,
+    SIM__CMD_MARKER,
+} sim__cmd_kind;
+
+typedef struct sim__cmd {
+    struct sim__cmd *next;
+    sim__cmd_kind kind;
+    union {
+        struct {
+            uintptr_t dst;
+            const void *src;
+            size_t n;
+        } write;
+        struct {
+            void *dst;
+            uintptr_t src;
+            size_t n;
+        } read;
+        struct {
+            uintptr_t dst, src;
+            size_t n;
+        } copy;
+        struct {
+            uintptr_t dst;
+            size_t n, psize;
+            unsigned char pattern[8];
+        } fill;
+        sw_kernel_args kernel;
+        sim__block *free;
+        sw__bevent *marker;
+    } u;
+} sim__cmd;
+
+struct sw__bevent {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    int refs; /* the holder's, plus the marker's until it has run */
+};
+
+struct sw__bqueue {
+    sw__bdev *dev;
+    unsigned id;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv; /* worker: commands arrived, or stop */
+    pthread_cond_t done_cv; /* waiters: completed advanced */
+    sim__cmd *head, *tail;
+    uint64_t submitted, completed;
+    int waiters;
+    int stop;
+    int worker_running; /* 0 only in a forked child, until the next enqueue */
+    pthread_t worker;
+    sw__bqueue *next; /* in dev->queues, under sim__registry_mu */
+};
+
+struct sw__bdev {
+    int index;
+    unsigned next_queue_id;
+    sim__arena arena;
+    sw__bqueue *default_q;
+    sw__bqueue *queues; /* all of them, default included; registry mutex */
+    sw__bdev *next;     /* in sim__devices, under sim__registry_mu */
+};
+
+/* ------------------------------------------------------------------------
+ * Treaps.  Iterative split/merge, so 10^6 blocks cost O(log n) per
+ * operation with no recursion and no parent pointers.  Keys are unique:
+ * addresses are, and (size, addr) pairs therefore too.
+ * ---------------------------------------------------------------------- */
+
+static int sim__before(const sim__block *x, const sim__block *y, int by_size)
+{
+    if (by_size && x->size != y->size)
+        return x->size < y->size;
+    return x->addr < y->addr;
+}
+
+/* Nodes of t before key go to *l, the others to *r. */
+static void sim__split(sim__block *t, const sim__block *key, int by_size,
+                       sim__block **l, sim__block **r)
+{
+    while (t) {
+        if (sim__before(t, key, by_size)) {
+            *l = t;
+            l = &t->right;
+            t = t->right;
+        } else {
+            *r = t;
+            r = &t->left;
+            t = t->left;
+        }
+    }
+    *l = NULL;
+    *r = NULL;
+}
+
+/* pre: every key of a is before every key of b. */
+static sim__block *sim__merge(sim__block *a, sim__block *b)
+{
+    sim__block *root = NULL, **pp = &root;
+    while (a && b) {
+        if (a->prio > b->prio) {
+            *pp = a;
+            pp = &a->right;
+            a = a->right;
+        } else {
+            *pp = b;
+            pp = &b->left;
+            b = b->left;
+        }
+    }
+    *pp = a ? a : b;
+    return root;
+}
+
+static void sim__treap_insert(sim__block **root, sim__block *x, int by_size)
+{
+    while (*root && (*root)->prio >= x->prio)
+        root = sim__before(x, *root, by_size) ? &(*root)->left
+                                               : &(*root)->right;
+    sim__split(*root, x, by_size, &x->left, &x->right);
+    *root = x;
+}
+
+/* pre: x is in the tree. */
+static void sim__treap_remove(sim__block **root, sim__block *x, int by_size)
+{
+    while (*root != x)
+        root = sim__before(x, *root, by_size) ? &(*root)->left
+                                               : &(*root)->right;
+    *root = sim__merge(x->left, x->right);
+    x->left = x->right = NULL;
+}
+
+/* The smallest free block of at least size bytes, lowest address first. */
+static sim__block *sim__best_fit(sim__block *t, size_t size)
+{
+    sim__block *best = NULL;
+    while (t) {
+        if (t->size >= size) {
+            best = t;
+            t = t->left;
+        } else {
+            t = t->right;
+        }
+    }
+    return best;
+}
+
+/* The live block with the highest address <= p. */
+static sim__block *sim__live_floor(sim__block *t, uintptr_t p)
+{
+    sim__block *best = NULL;
+    while (t) {
+        if (t->addr <= p) {
+            best = t;
+            t = t->right;
+        } else {
+            t = t->left;
+        }
+    }
+    return best;
+}
+
+/* ------------------------------------------------------------------------
+ * Arena
+ * ---------------------------------------------------------------------- */
+
+static uint32_t sim__random(sim__arena *ar)
+{
+    uint32_t x = ar->rng; /* xorshift32: deterministic runs */
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return ar->rng = x;
+}
+
+static int sim__arena_init(sim__arena *ar, int index, size_t capacity)
+{
+    memset(ar, 0, sizeof *ar);
+    sim__block *b = calloc(1, sizeof *b);
+    if (!b)
+        return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
+                          index);
+    void *p = mmap(NULL, capacity, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        free(b);
+        return sw__errorf(SW_ERR_HOST_OOM,
+                          "sim:%d: cannot map a %zu-byte arena: %s", index,
+                          capacity, strerror(e));
+    }
+    pthread_mutex_init(&ar->mu, NULL);
+    ar->base = p;
+    ar->capacity = capacity;
+    ar->rng = 0x9E3779B9u ^ (uint32_t)index;
+    b->addr = (uintptr_t)p;
+    b->size = capacity;
+    b->state = SIM__FREE;
+    b->prio = sim__random(ar);
+    ar->first = b;
+    ar->free_root = b;
+    return SW_OK;
+}
+
+static void sim__arena_destroy(sim__arena *ar)
+{
+    sim__block *b = ar->first;
+    while (b) {
+        sim__block *next = b->next;
+        free(b);
+        b = next;
+    }
+    munmap(ar->base, ar->capacity);
+    pthread_mutex_destroy(&ar->mu);
+}
+
+static size_t sim__largest_free(const sim__arena *ar)
+{
+    const sim__block *t = ar->free_root;
+    while (t && t->right)
+        t = t->right;
+    return t ? t->size : 0;
+}
+
+/* Best fit; the block is carved from the low end of the free block chosen,
+ * the remainder stays free. */
+static int sim__arena_alloc(sim__arena *ar, int index, size_t size,
+                            uintptr_t *mem)
+{
+    /* Allocated before taking the lock so that the critical section does
+     * not include malloc; given back when the fit is exact. */
+    sim__block *rest = malloc(sizeof *rest);
+    if (!rest)
+        return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
+                          index);
+    pthread_mutex_lock(&ar->mu);
+    sim__block *b = sim__best_fit(ar->free_root, size);
+    if (!b) {
+        size_t avail = ar->capacity - ar->allocated;
+        size_t largest = sim__largest_free(ar);
+        pthread_mutex_unlock(&ar->mu);
+        free(rest);
+        return sw__errorf(SW_ERR_OOM,
+                          "sim:%d: no free block of %zu bytes (free %zu of "
+                          "%zu bytes, largest free block %zu)",
+                          index, size, avail, ar->capacity, largest);
+    }
+    sim__treap_remove(&ar->free_root, b, 1);
+    if (b->size > size) {
+        rest->addr = b->addr + size;
+        rest->size = b->size - size;
+        rest->state = SIM__FREE;
+        rest->left = rest->right = NULL;
+        rest->prio = sim__random(ar);
+        rest->prev = b;
+        rest->next = b->next;
+        if (b->next)
+            b->next->prev = rest;
+        b->next = rest;
+        b->size = size;
+        sim__treap_insert(&ar->free_root, rest, 1);
+        rest = NULL;
+    }
+    b->state = SIM__LIVE;
+    sim__treap_insert(&ar->live_root, b, 0);
+    ar->allocated += size;
+    *mem = b->addr;
+    pthread_mutex_unlock(&ar->mu);
+    free(rest);
+    return SW_OK;
+}
+
+/* Runs on the worker when a stream-ordered free is reached.  The block
+ * leaves the live tree first, so that from here on any command touching it
+ * is caught, then is poisoned outside the lock, then returns to the free
+ * tree merged with its free neighbours. */
+static void sim__arena_retire(sim__arena *ar, sim__block *b)
+{
+    pthread_mutex_lock(&ar->mu);
+    sim__treap_remove(&ar->live_root, b, 0);
+    b->state = SIM__DYING;
+    pthread_mutex_unlock(&ar->mu);
+
+    /* No one else touches a DYING block: the allocator skips it and the
+     * neighbours cannot merge with it. */
+    memset((void *)b->addr, SIM__POISON, b->size);
+
+    sim__block *gone[2] = {NULL, NULL};
+    pthread_mutex_lock(&ar->mu);
+    ar->allocated -= b->size;
+    b->state = SIM__FREE;
+    sim__block *n = b->next;
+    if (n && n->state == SIM__FREE) {
+        sim__treap_remove(&ar->free_root, n, 1);
+        b->size += n->size;
+        b->next = n->next;
+        if (n->next)
+            n->next->prev = b;
+        gone[0] = n;
+    }
+    sim__block *p = b->prev;
+    if (p && p->state == SIM__FREE) {
+        sim__treap_remove(&ar->free_root, p, 1);
+        p->size += b->size;
+        p->next = b->next;
+        if (b->next)
+            b->next->prev = p;
+        gone[1] = b;
+        b = p;
+    }
+    sim__treap_insert(&ar->free_root, b, 1);
+    pthread_mutex_unlock(&ar->mu);
+    free(gone[0]);
+    free(gone[1]);
+}
+
+/* ------------------------------------------------------------------------
+ * Validation: every byte range a command touches must lie inside one live
+ * block.  On failure the process aborts with a report of what is there.
+ * ---------------------------------------------------------------------- */
+
+typedef struct sim__range {
+    const char *name;
+    uintptr_t p;
+    size_t len;
+} sim__range;
+
+static int sim__range_ok(const sim__arena *ar, const sim__range *r)
+{
+    const sim__block *b = sim__live_floor(ar->live_root, r->p);
+    return b && r->len <= b->size && r->p - b->addr <= b->size - r->len;
+}
+
+/* What lies at r->p, for the report.  Under ar->mu.  The walk along the
+ * address list is linear, but runs once, on the way to abort(). */
+static void sim__describe(const sim__arena *ar, const sim__range *r,
+                          char *buf, size_t len)
+{
+    uintptr_t lo = (uintptr_t)ar->base, hi = lo + ar->capacity;
+    if (r->p < lo || r->p >= hi) {
+        snprintf(buf, len,
+                 "it is outside this device's arena [0x%" PRIxPTR "+%zu)",
+                 lo, ar->capacity);
+        return;
+    }
+    const sim__block *live = sim__live_floor(ar->live_root, r->p);
+    if (live && r->p - live->addr < live->size) {
+        snprintf(buf, len,
+                 "it starts inside live block [0x%" PRIxPTR "+%zu) but runs "
+                 "%zu bytes past its end",
+                 live->addr, live->size,
+                 (size_t)(r->p - live->addr) + r->len - live->size);
+        return;
+    }
+    const sim__block *b = live ? live->next : ar->first;
+    while (b && r->p - b->addr >= b->size)
+        b = b->next;
+    if (!b) { /* cannot happen: blocks tile the arena */
+        snprintf(buf, len, "no block covers it");
+        return;
+    }
+    int n = snprintf(buf, len,
+                     "nearest block: [0x%" PRIxPTR "+%zu) %s", b->addr,
+                     b->size,
+                     b->state == SIM__DYING
+                         ? "being freed"
+                         : "freed (free memory: freed or never allocated)");
+    if (live && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n,
+                 "; nearest live block below: [0x%" PRIxPTR "+%zu)",
+                 live->addr, live->size);
+}
+
+static const char *sim__kernel_name(sw_kernel k)
+{
+    switch (k) {
+    case SW_KERNEL_FILL: return "FILL";
+    case SW_KERNEL_COPY: return "COPY";
+    case SW_KERNEL_ADD: return "ADD";
+    case SW_KERNEL_SCALE: return "SCALE";
+    case SW_KERNEL_AXPY: return "AXPY";
+    case SW_KERNEL_SUM: return "SUM";
+    }
+    return NULL;
+}
+
+static const char *sim__dtype_name(sw_dtype d)
+{
+    switch (d) {
+    case SW_FLOAT32: return "float32";
+    case SW_FLOAT64: return "float64";
+    case SW_INT32: return "int32";
+    case SW_INT64: return "int64";
+    }
+    return NULL;
+}
+
+static size_t sim__dtype_size(sw_dtype d)
+{
+    return d == SW_FLOAT64 || d == SW_INT64 ? 8 : 4;
+}
+
+static void sim__cmd_describe(const sim__cmd *c, char *buf, size_t len)
+{
+    switch (c->kind) {
+    case SIM__CMD_WRITE:
+        snprintf(buf, len, "write of %zu bytes from host %p", c->u.write.n,
+                 c->u.write.src);
+        break;
+    case SIM__CMD_READ:
+        snprintf(buf, len, "read of %zu bytes to host %p", c->u.read.n,
+                 c->u.read.dst);
+        break;
+    case SIM__CMD_COPY:
+        snprintf(buf, len, "copy of %zu bytes", c->u.copy.n);
+        break;
+    case SIM__CMD_FILL:
+        snprintf(buf, len, "fill of %zu bytes with a %zu-byte pattern",
+                 c->u.fill.n, c->u.fill.psize);
+        break;
+    case SIM__CMD_KERNEL:
+        snprintf(buf, len, "kernel %s %s n=%zu",
+                 sim__kernel_name(c->u.kernel.kernel),
+                 sim__dtype_name(c->u.kernel.dtype), c->u.kernel.n);
+        break;
+    default:
+        snprintf(buf, len, "command");
+        break;
+    }
+}
+
+/* One lock acquisition checks all operands of a command. */
+static void sim__check(sw__bqueue *q, const sim__cmd *c, const sim__range *r,
+                       int count)
+{
+    sim__arena *ar = &q->dev->arena;
+    pthread_mutex_lock(&ar->mu);
+    for (int i = 0; i < count; i++) {
+        if (sim__range_ok(ar, &r[i]))
+            continue;
+        char what[160], there[320];
+        sim__cmd_describe(c, what, sizeof what);
+        sim__describe(ar, &r[i], there, sizeof there);
+        pthread_mutex_unlock(&ar->mu);
+        fprintf(stderr,
+                "spillway sim:%d: FATAL: %s: operand %s [0x%" PRIxPTR
+                "+%zu) is not inside a live allocation (%s)\n",
+                q->dev->index, what, r[i].name, r[i].p, r[i].len, there);
+        fflush(stderr);
+        abort();
+    }
+    pthread_mutex_unlock(&ar->mu);
+}
+
+/* ------------------------------------------------------------------------
+ * Kernels.  Integers are computed in unsigned types of the same width, so
+ * they wrap without undefined behaviour.  Each element-wise kernel exists
+ * twice: restrict-qualified (vectorizable) for operands that do not overlap
+ * the output, and plain for in-place use (out == a), where element i only
+ * depends on element i and so gives the same results.
+ * ---------------------------------------------------------------------- */
+
+/* GCC's -O2 cost model vectorizes no loop whose trip count is unknown;
+ * these loops are the device's arithmetic and worth it. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define SIM__VECTORIZE __attribute__((optimize("vect-cost-model=dynamic")))
+#else
+#define SIM__VECTORIZE
+#endif
+
+#define SIM__ELEMENTWISE(NAME, T, Q)                                          \
+    SIM__VECTORIZE static void NAME(sw_kernel k, void *Q out_,                \
+                                    const void *Q a_, const void *Q b_,       \
+                                    T alpha, size_t n)                        \
+    {                                                                         \
+        T *out = out_;                                                        \
+        const T *a = a_;                                                      \
+        const T *b = b_;                                                      \
+        switch (k) {                                                          \
+        case SW_KERNEL_ADD:                                                   \
+            for (size_t i = 0; i < n; i++)                                    \
+                out[i] = a[i] + b[i];                                         \
+            break;                                                            \
+        case SW_KERNEL_SCALE:                                                 \
+            for (size_t i = 0; i < n; i++)                                    \
+                out[i] = alpha * a[i];                                        \
+            break;                                                            \
+        case SW_KERNEL_AXPY:                                                  \
+            for (size_t i = 0; i < n; i++)                                    \
+                out[i] = alpha * a[i] + out[i];                               \
+            break;                                                            \
+        default:                                                              \
+            break;                                                            \
+        }                                                                     \
+    }
+
+SIM__ELEMENTWISE(sim__ew_f32, float, restrict)
+SIM__ELEMENTWISE(sim__ew_f32_alias, float, )
+SIM__ELEMENTWISE(sim__ew_f64, double, restrict)
+SIM__ELEMENTWISE(sim__ew_f64_alias, double, )
+SIM__ELEMENTWISE(sim__ew_u32, uint32_t, restrict)
+SIM__ELEMENTWISE(sim__ew_u32_alias, uint32_t, )
+SIM__ELEMENTWISE(sim__ew_u64, uint64_t, restrict)
+SIM__ELEMENTWISE(sim__ew_u64_alias, uint64_t, )
+
+/* Repeat a psize-byte pattern over n bytes (n a multiple of psize) by
+ * doubling what is already written, in chunks small enough that the source
+ * stays in cache. */
+static void sim__fill_bytes(unsigned char *dst, size_t n,
+                            const unsigned char *pat, size_t psize)
+{
+    int uniform = 1;
+    for (size_t i = 1; i < psize; i++)
+        uniform &= pat[i] == pat[0];
+    if (uniform) {
+        memset(dst, pat[0], n);
+        return;
+    }
+    memcpy(dst, pat, psize);
+    size_t done = psize;
+    while (done < n) {
+        size_t chunk = done < 65536 ? done : 65536;
+        if (chunk > n - done)
+            chunk = n - done;
+        memcpy(dst + done, dst, chunk);
+        done += chunk;
+    }
+}
+
+/* The element value alpha as the bytes of one dtype element. */
+static void sim__scalar_bytes(sw_dtype d, sw_scalar v, unsigned char *out)
+{
+    switch (d) {
+    case SW_FLOAT32: {
+        float f = (float)v.f;
+        memcpy(out, &f, 4);
+        break;
+    }
+    case SW_FLOAT64:
+        memcpy(out, &v.f, 8);
+        break;
+    case SW_INT32: {
+        uint32_t u = (uint32_t)(uint64_t)v.i;
+        memcpy(out, &u, 4);
+        break;
+    }
+    case SW_INT64:
+        memcpy(out, &v.i, 8);
+        break;
+    }
+}
+
+/* Sequential sums: one fixed order, so results are reproducible. */
+static void sim__sum(sw_dtype d, const void *a, size_t n, void *out)
+{
+    switch (d) {
+    case SW_FLOAT32: {
+        const float *x = a;
+        double s = 0.0;
+        for (size_t i = 0; i < n; i++)
+            s += (double)x[i];
+        memcpy(out, &s, 8);
+        break;
+    }
+    case SW_FLOAT64: {
+        const double *x = a;
+        double s = 0.0;
+        for (size_t i = 0; i < n; i++)
+            s += x[i];
+        memcpy(out, &s, 8);
+        break;
+    }
+    case SW_INT32: {
+        const int32_t *x = a;
+        uint64_t s = 0;
+        for (size_t i = 0; i < n; i++)
+            s += (uint64_t)(int64_t)x[i]; /* sign-extend, then wrap */
+        memcpy(out, &s, 8);
+        break;
+    }
+    case SW_INT64: {
+        const uint64_t *x = a;
+        uint64_t s = 0;
+        for (size_t i = 0; i < n; i++)
+            s += x[i];
+        memcpy(out, &s, 8);
+        break;
+    }
+    }
+}
+
+static int sim__overlaps(uintptr_t x, uintptr_t y, size_t len)
+{
+    return x < y + len && y < x + len;
+}
+
+static void sim__run_kernel(sw__bqueue *q, const sim__cmd *c)
+{
+    const sw_kernel_args *k = &c->u.kernel;
+    size_t bytes = k->n * sim__dtype_size(k->dtype);
+    uintptr_t out = k->out.base + k->out.offset;
+    uintptr_t a = k->a.base + k->a.offset;
+    uintptr_t b = k->b.base + k->b.offset;
+    sim__range r[3] = {{"out", out, bytes}, {"a", a, bytes}, {"b", b, bytes}};
+    int operands = 2;
+    switch (k->kernel) {
+    case SW_KERNEL_FILL:
+        operands = 1;
+        break;
+    case SW_KERNEL_ADD:
+        operands = 3;
+        break;
+    case SW_KERNEL_SUM:
+        r[0].len = 8;
+        break;
+    default:
+        break;
+    }
+    sim__check(q, c, r, operands);
+
+    void *po = (void *)out;
+    const void *pa = (const void *)a, *pb = (const void *)b;
+    switch (k->kernel) {
+    case SW_KERNEL_FILL: {
+        unsigned char pat[8];
+        sim__scalar_bytes(k->dtype, k->alpha, pat);
+        sim__fill_bytes(po, bytes, pat, sim__dtype_size(k->dtype));
+        return;
+    }
+    case SW_KERNEL_COPY:
+        memmove(po, pa, bytes);
+        return;
+    case SW_KERNEL_SUM:
+        sim__sum(k->dtype, pa, k->n, po);
+        return;
+    default:
+        break;
+    }
+    int alias = sim__overlaps(out, a, bytes) ||
+                (k->kernel == SW_KERNEL_ADD && sim__overlaps(out, b, bytes));
+    switch (k->dtype) {
+    case SW_FLOAT32:
+        (alias ? sim__ew_f32_alias : sim__ew_f32)(k->kernel, po, pa, pb,
+                                                  (float)k->alpha.f, k->n);
+        break;
+    case SW_FLOAT64:
+        (alias ? sim__ew_f64_alias : sim__ew_f64)(k->kernel, po, pa, pb,
+                                                  k->alpha.f, k->n);
+        break;
+    case SW_INT32:
+        (alias ? sim__ew_u32_alias : sim__ew_u32)(
+            k->kernel, po, pa, pb, (uint32_t)(uint64_t)k->alpha.i, k->n);
+        break;
+    case SW_INT64:
+        (alias ? sim__ew_u64_alias : sim__ew_u64)(
+            k->kernel, po, pa, pb, (uint64_t)k->alpha.i, k->n);
+        break;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Events
+ * ---------------------------------------------------------------------- */
+
+static void sim__event_unref(sw__bevent *ev)
+{
+    pthread_mutex_lock(&ev->mu);
+    int last = --ev->refs == 0;
+    pthread_mutex_unlock(&ev->mu);
+    if (last) {
+        pthread_cond_destroy(&ev->cv);
+        pthread_mutex_destroy(&ev->mu);
+        free(ev);
+    }
+}
+
+static void sim__event_complete(sw__bevent *ev)
+{
+    pthread_mutex_lock(&ev->mu);
+    ev->done = 1;
+    pthread_cond_broadcast(&ev->cv);
+    pthread_mutex_unlock(&ev->mu);
+    sim__event_unref(ev);
+}
+
+/* ------------------------------------------------------------------------
+ * Queues: one worker thread each, running a FIFO of commands.
+ * ---------------------------------------------------------------------- */
+
+static void sim__execute(sw__bqueue *q, sim__cmd *c)
+{
+    switch (c->kind) {
+    case SIM__CMD_WRITE: {
+        sim__range r = {"dst", c->u.write.dst, c->u.write.n};
+        sim__check(q, c, &r, 1);
+        memmove((void *)c->u.write.dst, c->u.write.src, c->u.write.n);
+        break;
+    }
+    case SIM__CMD_READ: {
+        sim__range r = {"src", c->u.read.src, c->u.read.n};
+        sim__check(q, c, &r, 1);
+        memmove(c->u.read.dst, (const void *)c->u.read.src, c->u.read.n);
+        break;
+    }
+    case SIM__CMD_COPY: {
+        sim__range r[2] = {{"dst", c->u.copy.dst, c->u.copy.n},
+                           {"src", c->u.copy.src, c->u.copy.n}};
+        sim__check(q, c, r, 2);
+        memmove((void *)c->u.copy.dst, (const void *)c->u.copy.src,
+                c->u.copy.n);
+        break;
+    }
+    case SIM__CMD_FILL: {
+        sim__range r = {"dst", c->u.fill.dst, c->u.fill.n};
+        sim__check(q, c, &r, 1);
+        sim__fill_bytes((unsigned char *)c->u.fill.dst, c->u.fill.n,
+                        c->u.fill.pattern, c->u.fill.psize);
+        break;
+    }
+    case SIM__CMD_KERNEL:
+        sim__run_kernel(q, c);
+        break;
+    case SIM__CMD_FREE:
+        sim__arena_retire(&q->dev->arena, c->u.free);
+        break;
+    case SIM__CMD_MARKER:
+        sim__event_complete(c->u.marker);
+        break;
+    }
+}
+
+/* Takes the whole FIFO at once, so the queue lock is taken twice per batch
+ * rather than per command. */
+static void *sim__worker(void *arg)
+{
+    sw__bqueue *q = arg;
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        while (!q->head && !q->stop)
+            pthread_cond_wait(&q->work_cv, &q->mu);
+        sim__cmd *batch = q->head;
+        if (!batch)
+            break; /* stopped, and everything ran */
+        q->head = q->tail = NULL;
+        pthread_mutex_unlock(&q->mu);
+        uint64_t ran = 0;
+        while (batch) {
+            sim__cmd *c = batch;
+            batch = c->next;
+            sim__execute(q, c);
+            free(c);
+            ran++;
+        }
+        pthread_mutex_lock(&q->mu);
+        q->completed += ran;
+        if (q->waiters)
+            pthread_cond_broadcast(&q->done_cv);
+    }
+    pthread_mutex_unlock(&q->mu);
+    return NULL;
+}
+
+/* pre: q->mu held, or q not yet shared. */
+static int sim__spawn_worker(sw__bqueue *q)
+{
+    int e = pthread_create(&q->worker, NULL, sim__worker, q);
+    if (e != 0)
+        return e;
+    char name[16];
+    snprintf(name, sizeof name, "sw-sim%d-q%u", q->dev->index, q->id);
+    pthread_setname_np(q->worker, name);
+    q->worker_running = 1;
+    return 0;
+}
+
+static int sim__enqueue(sw__bqueue *q, sim__cmd *c)
+{
+    c->next = NULL;
+    pthread_mutex_lock(&q->mu);
+    /* A forked child has no workers: start one when work arrives. */
+    if (!q->worker_running) {
+        int e = sim__spawn_worker(q);
+        if (e != 0) {
+            pthread_mutex_unlock(&q->mu);
+            free(c);
+            return sw__errorf(SW_ERR_HOST_OOM,
+                              "sim:%d: cannot start a queue worker: %s",
+                              q->dev->index, strerror(e));
+        }
+    }
+    if (q->tail)
+        q->tail->next = c;
+    else
+        q->head = c;
+    q->tail = c;
+    q->submitted++;
+    pthread_cond_signal(&q->work_cv);
+    pthread_mutex_unlock(&q->mu);
+    return SW_OK;
+}
+
+static sim__cmd *sim__cmd_new(sw__bqueue *q, sim__cmd_kind kind)
+{
+    sim__cmd *c = malloc(sizeof *c);
+    if (!c) {
+        sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory for a command",
+                   q->dev->index);
+        return NULL;
+    }
+    c->kind = kind;
+    return c;
+}
+
+static pthread_mutex_t sim__registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static sw__bdev *sim__devices;
+
+static int sim__queue_new(sw__bdev *dev, sw__bqueue **out)
+{
+    sw__bqueue *q = calloc(1, sizeof *q);
+    if (!q)
+        return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
+                          dev->index);
+    q->dev = dev;
+    q->id = dev->next_queue_id++;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->work_cv, NULL);
+    pthread_cond_init(&q->done_cv, NULL);
+    int e = sim__spawn_worker(q);
+    if (e != 0) {
+        pthread_cond_destroy(&q->done_cv);
+        pthread_cond_destroy(&q->work_cv);
+        pthread_mutex_destroy(&q->mu);
+        free(q);
+        return sw__errorf(SW_ERR_HOST_OOM,
+                          "sim:%d: cannot start a queue worker: %s",
+                          dev->index, strerror(e));
+    }
+    pthread_mutex_lock(&sim__registry_mu);
+    q->next = dev->queues;
+    dev->queues = q;
+    pthread_mutex_unlock(&sim__registry_mu);
+    *out = q;
+    return SW_OK;
+}
+
+/* Drain (the worker exits only once its FIFO is empty), join, free. */
+static void sim__queue_free(sw__bqueue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    q->stop = 1;
+    pthread_cond_signal(&q->work_cv);
+    int running = q->worker_running;
+    pthread_mutex_unlock(&q->mu);
+    if (running)
+        pthread_join(q->worker, NULL);
+
+    pthread_mutex_lock(&sim__registry_mu);
+    sw__bqueue **pp = &q->dev->queues;
+    while (*pp != q)
+        pp = &(*pp)->next;
+    *pp = q->next;
+    pthread_mutex_unlock(&sim__registry_mu);
+
+    pthread_cond_destroy(&q->done_cv);
+    pthread_cond_destroy(&q->work_cv);
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+}
+
+/* ------------------------------------------------------------------------
+ * fork().  Worker threads do not survive into a child, and a lock held by
+ * one would stay held there.  So fork first drains every queue and takes
+ * every sim lock; the child marks its queues workerless (the next enqueue
+ * starts a worker) and both sides release the locks.  A child that execs
+ * at once pays only the drain.
+ * ---------------------------------------------------------------------- */
+
+static void sim__fork_prepare(void)
+{
+    pthread_mutex_lock(&sim__registry_mu);
+    for (sw__bdev *d = sim__devices; d; d = d->next) {
+        for (sw__bqueue *q = d->queues; q; q = q->next) {
+            pthread_mutex_lock(&q->mu);
+            while (q->completed < q->submitted) {
+                q->waiters++;
+                pthread_cond_wait(&q->done_cv, &q->mu);
+                q->waiters--;
+            }
+        }
+    }
+    for (sw__bdev *d = sim__devices; d; d = d->next)
+        pthread_mutex_lock(&d->arena.mu);
+}
+
+static void sim__fork_release(int child)
+{
+    for (sw__bdev *d = sim__devices; d; d = d->next)
+        pthread_mutex_unlock(&d->arena.mu);
+    for (sw__bdev *d = sim__devices; d; d = d->next) {
+        for (sw__bqueue *q = d->queues; q; q = q->next) {
+            if (child) {
+                q->worker_running = 0;
+                q->waiters = 0;
+            }
+            pthread_mutex_unlock(&q->mu);
+        }
+    }
+    pthread_mutex_unlock(&sim__registry_mu);
+}
+
+static void sim__fork_parent(void) { sim__fork_release(0); }
+static void sim__fork_child(void) { sim__fork_release(1); }
+
+static pthread_once_t sim__atfork_once = PTHREAD_ONCE_INIT;
+
+static void sim__atfork_register(void)
+{
+    pthread_atfork(sim__fork_prepare, sim__fork_parent, sim__fork_child);
+}
+
+/* ------------------------------------------------------------------------
+ * Configuration from the environment
+ * ---------------------------------------------------------------------- */
+
+static int sim__config(uint64_t *capacity, int *ndev)
+{
+    uint64_t cap = SIM__DEFAULT_MEMORY;
+    const char *s = getenv("SPILLWAY_SIM_MEMORY");
+    if (s && *s) {
+        if (sw__parse_size(s, &cap) != 0)
+            return sw__errorf(SW_ERR_INVALID_ARG,
+                              "SPILLWAY_SIM_MEMORY='%.100s' is not a size "
+                              "(expected bytes with an optional K, M, G or T "
+                              "suffix, e.g. 512M or 2G)",
+                              s);
+        if (cap < SIM__MIN_MEMORY || cap > SIM__MAX_MEMORY ||
+            cap > SIZE_MAX)
+            return sw__errorf(SW_ERR_INVALID_ARG,
+                              "SPILLWAY_SIM_MEMORY='%.100s' (%" PRIu64
+                              " bytes) is outside the simulated device's "
+                              "range of 1M to 1T",
+                              s, cap);
+    }
+    /* Whole granules only, so that blocks tile the arena exactly. */
+    cap -= cap % SW_ALLOC_GRANULARITY;
+
+    int n = 1;
+    s = getenv("SPILLWAY_SIM_DEVICES");
+    if (s && *s) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (*s < '0' || *s > '9' || *end != '\0' || errno != 0 || v < 0 ||
+            v > SIM__MAX_DEVICES)
+            return sw__errorf(SW_ERR_INVALID_ARG,
+                              "SPILLWAY_SIM_DEVICES='%.100s' is not a device "
+                              "count (expected an integer from 0 to %d)",
+                              s, SIM__MAX_DEVICES);
+        n = (int)v;
+    }
+    *capacity = cap;
+    *ndev = n;
+    return SW_OK;
+}
+
+static void sim__human_size(uint64_t n, char *buf, size_t len)
+{
+    static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n / 1024.0;
+    int u = 0;
+    while (v >= 1024.0 && u < 3) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, "%.2f %s", v, unit[u]);
+}
+
+/* ------------------------------------------------------------------------
+ * Operations: devices and memory
+ * ---------------------------------------------------------------------- */
+
+static int sim_device_count(int *count, char *why, size_t why_len)
+{
+    uint64_t cap;
+    int n;
+    int rc = sim__config(&cap, &n);
+    if (rc != SW_OK)
+        return rc;
+    if (why_len > 0)
+        snprintf(why, why_len, "%s",
+                 n == 0 ? "SPILLWAY_SIM_DEVICES=0 turns the simulated "
+                          "device off"
+                        : "");
+    *count = n;
+    return SW_OK;
+}
+
+static int sim_open(int index, sw__bdev **out, sw__device_props *props)
+{
+    uint64_t cap;
+    int n;
+    int rc = sim__config(&cap, &n);
+    if (rc != SW_OK)
+        return rc;
+    if (index < 0 || index >= n)
+        return sw__errorf(SW_ERR_NO_DEVICE,
+                          "sim:%d: no such device (SPILLWAY_SIM_DEVICES "
+                          "gives %d)",
+                          index, n);
+    pthread_once(&sim__atfork_once, sim__atfork_register);
+
+    sw__bdev *dev = calloc(1, sizeof *dev);
+    if (!dev)
+        return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
+                          index);
+    dev->index = index;
+    rc = sim__arena_init(&dev->arena, index, (size_t)cap);
+    if (rc != SW_OK) {
+        free(dev);
+        return rc;
+    }
+    pthread_mutex_lock(&sim__registry_mu);
+    dev->next = sim__devices;
+    sim__devices = dev;
+    pthread_mutex_unlock(&sim__registry_mu);
+    rc = sim__queue_new(dev, &dev->default_q);
+    if (rc != SW_OK) {
+        pthread_mutex_lock(&sim__registry_mu);
+        sw__bdev **pp = &sim__devices;
+        while (*pp != dev)
+            pp = &(*pp)->next;
+        *pp = dev->next;
+        pthread_mutex_unlock(&sim__registry_mu);
+        sim__arena_destroy(&dev->arena);
+        free(dev);
+        return rc;
+    }
+
+    char size[32];
+    sim__human_size(cap, size, sizeof size);
+    memset(props, 0, sizeof *props);
+    snprintf(props->description, sizeof props->description,
+             "simulated device, %s arena", size);
+    props->total = cap;
+    props->max_alloc = cap;
+    props->host_addressable = 1;
+    *out = dev;
+    return SW_OK;
+}
+
+static void sim_close(sw__bdev *dev)
+{
+    if (!dev)
+        return;
+    for (;;) {
+        pthread_mutex_lock(&sim__registry_mu);
+        sw__bqueue *q = dev->queues;
+        pthread_mutex_unlock(&sim__registry_mu);
+        if (!q)
+            break;
+        sim__queue_free(q);
+    }
+    pthread_mutex_lock(&sim__registry_mu);
+    sw__bdev **pp = &sim__devices;
+    while (*pp != dev)
+        pp = &(*pp)->next;
+    *pp = dev->next;
+    pthread_mutex_unlock(&sim__registry_mu);
+    sim__arena_destroy(&dev->arena);
+    free(dev);
+}
+
+static int sim_alloc(sw__bdev *dev, size_t size, uintptr_t *mem)
+{
+    if (size == 0 || size % SW_ALLOC_GRANULARITY != 0)
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "sim:%d: allocation of %zu bytes: not a positive "
+                          "multiple of %u",
+                          dev->index, size, SW_ALLOC_GRANULARITY);
+    return sim__arena_alloc(&dev->arena, dev->index, size, mem);
+}
+
+/* The block is checked and marked now, so a double free or a wrong size is
+ * an error at the call rather than a corrupt arena later. */
+static int sim_free(sw__bdev *dev, sw__bqueue *q, uintptr_t mem, size_t size)
+{
+    if (!q)
+        q = dev->default_q;
+    sim__cmd *c = sim__cmd_new(q, SIM__CMD_FREE);
+    if (!c)
+        return SW_ERR_HOST_OOM;
+    sim__arena *ar = &dev->arena;
+    pthread_mutex_lock(&ar->mu);
+    sim__block *b = sim__live_floor(ar->live_root, mem);
+    if (!b || b->addr != mem || b->size != size || b->state != SIM__LIVE) {
+        const char *why = !b || b->addr != mem ? "is not a live allocation"
+                          : b->state != SIM__LIVE ? "is already being freed"
+                                                  : "has another size";
+        size_t real = b && b->addr == mem ? b->size : 0;
+        pthread_mutex_unlock(&ar->mu);
+        free(c);
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "sim:%d: free of [0x%" PRIxPTR "+%zu): the block %s"
+                          " (allocated size %zu)",
+                          dev->index, mem, size, why, real);
+    }
+    b->state = SIM__DOOMED;
+    pthread_mutex_unlock(&ar->mu);
+    c->u.free = b;
+    int rc = sim__enqueue(q, c);
+    if (rc != SW_OK) {
+        pthread_mutex_lock(&ar->mu);
+        b->state = SIM__LIVE;
+        pthread_mutex_unlock(&ar->mu);
+    }
+    return rc;
+}
+
+static int sim_mem_info(sw__bdev *dev, uint64_t *free_bytes, uint64_t *total,
+                        int *free_known)
+{
+    sim__arena *ar = &dev->arena;
+    pthread_mutex_lock(&ar->mu);
+    *free_bytes = ar->capacity - ar->allocated;
+    pthread_mutex_unlock(&ar->mu);
+    *total = ar->capacity;
+    *free_known = 1;
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Operations: queues and work.  Each enqueue only records the command; the
+ * worker validates and runs it.
+ * ---------------------------------------------------------------------- */
+
+static sw__bqueue *sim_default_queue(sw__bdev *dev) { return dev->default_q; }
+
+static int sim_queue_create(sw__bdev *dev, sw__bqueue **out)
+{
+    return sim__queue_new(dev, out);
+}
+
+/* The default queue lives until close. */
+static void sim_queue_destroy(sw__bqueue *q)
+{
+    if (q && q != q->dev->default_q)
+        sim__queue_free(q);
+}
+
+static int sim_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
+                     const void *src, size_t n)
+{
+    if (n == 0)
+        return sw__errorf(SW_ERR_INVALID_ARG, "sim:%d: write of 0 bytes",
+                          q->dev->index);
+    sim__cmd *c = sim__cmd_new(q, SIM__CMD_WRITE);
+    if (!c)
+        return SW_ERR_HOST_OOM;
+    c->u.write.dst = dst + dst_off;
+    c->u.write.src = src;
+    c->u.write.n = n;
+    return sim__enqueue(q, c);
+}
+
+static int sim_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
+                    size_t n)
+{
+    if (n == 0)
+        return sw__errorf(SW_ERR_INVALID_ARG, "sim:%d: read of 0 bytes",
+                          q->dev->index);
+    sim__cmd *c = sim__cmd_new(q, SIM__CMD_READ);
+    if (!c)
+        return SW_ERR_HOST_OOM;
+    c->u.read.dst = dst;
+    c->u.read.src = src + src_off;
+    c->u.read.n = n;
+    return sim__enqueue(q, c);
+}
+
+static int sim_copy(sw__bqueue *q, uintptr_t dst, size_t dst_off,
+                    uintptr_t src, size_t src_off, size_t n)
+{
+    if (n == 0)
+        return sw__errorf(SW_ERR_INVALID_ARG, "sim:%d: copy of 0 bytes",
+                          q->dev->index);
+    sim__cmd *c = sim__cmd_new(q, SIM__CMD_COPY);
+    if (!c)
+        return SW_ERR_HOST_OOM;
+    c->u.copy.dst = dst + dst_off;
+    c->u.copy.src = src + src_off;
+    c->u.copy.n = n;
+    return sim__enqueue(q, c);
+}
+
+static int sim_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
+                    const void *pattern, size_t pattern_size)
+{
+    if ((pattern_size != 1 && pattern_size != 2 && pattern_size != 4 &&
+         pattern_size != 8) ||
+        n == 0 || n % pattern_size != 0)
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "sim:%d: fill of %zu bytes with a %zu-byte "
+                          "pattern: the pattern must be 1, 2, 4 or 8 bytes "
+                          "and divide a nonzero length",
+                          q->dev->index, n, pattern_size);
+    sim__cmd *c = sim__cmd_new(q, SIM__CMD_FILL);
+    if (!c)
+        return SW_ERR_HOST_OOM;
+    c->u.fill.dst = dst + dst_off;
+    c->u.fill.n = n;
+    c->u.fill.psize = pattern_size;
+    memcpy(c->u.fill.pattern, pattern, pattern_size);
+    return sim__enqueue(q, c);
+}
+
+static int sim_launch(sw__bqueue *q, const sw_kernel_args *args)
+{
+    int idx = q->dev->index;
+    const char *kname = sim__kernel_name(args->kernel);
+    const char *dname = sim__dtype_name(args->dtype);
+    if (!kname || !dname)
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "sim:%d: unknown %s %d in a kernel launch", idx,
+                          kname ? "dtype" : "kernel",
+                          kname ? (int)args->dtype : (int)args->kernel);
+    size_t es = sim__dtype_size(args->dtype);
+    if (args->n == 0 || args->n > SIZE_MAX / es)
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "sim:%d: kernel %s %s with n=%zu elements", idx,
+                          kname, dname, args->n);
+    /* Typed loops need aligned elements, as a GPU does; FILL and COPY work
+     * on bytes and SUM stores its result with memcpy. */
+    const sw_devmem *need[3] = {NULL, NULL, NULL};
+    const char *names[3] = {"out", "a", "b"};
+    switch (args->kernel) {
+    case SW_KERNEL_ADD:
+        need[2] = &args->b;
+        /* fall through */
+    case SW_KERNEL_SCALE:
+    case SW_KERNEL_AXPY:
+        need[0] = &args->out;
+        /* fall through */
+    case SW_KERNEL_SUM:
+        need[1] = &args->a;
+        break;
+    default:
+        break;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (need[i] && (need[i]->base + need[i]->offset) % es != 0)
+            return sw__errorf(SW_ERR_INVALID_ARG,
+                              "sim:%d: kernel %s %s: operand %s at 0x%" PRIxPTR
+                              " is not aligned to its %zu-byte elements",
+                              idx, kname, dname, names[i],
+                              need[i]->base + need[i]->offset, es);
+    }
+    sim__cmd *c = sim__cmd_new(q, SIM__CMD_KERNEL);
+    if (!c)
+        return SW_ERR_HOST_OOM;
+    c->u.kernel = *args;
+    return sim__enqueue(q, c);
+}
+
+/* ------------------------------------------------------------------------
+ * Operations: events and waiting.  The sim's work cannot fail once queued
+ * (what could go wrong is refused at enqueue or aborts), so waits only
+ * ever report SW_OK.
+ * ---------------------------------------------------------------------- */
+
+static int sim_event_record(sw__bqueue *q, sw__bevent **out)
+{
+    sw__bevent *ev = malloc(sizeof *ev);
+    sim__cmd *c = sim__cmd_new(q, SIM__CMD_MARKER);
+    if (!ev || !c) {
+        free(ev);
+        free(c);
+        return sw__errorf(SW_ERR_HOST_OOM,
+                          "sim:%d: out of host memory for an event",
+                          q->dev->index);
+    }
+    pthread_mutex_init(&ev->mu, NULL);
+    pthread_cond_init(&ev->cv, NULL);
+    ev->done = 0;
+    ev->refs = 2;
+    c->u.marker = ev;
+
+    /* An idle queue needs no marker: the event is complete already. */
+    pthread_mutex_lock(&q->mu);
+    int idle = !q->head && q->completed == q->submitted;
+    pthread_mutex_unlock(&q->mu);
+    if (idle) {
+        ev->done = 1;
+        ev->refs = 1;
+        free(c);
+        *out = ev;
+        return SW_OK;
+    }
+    int rc = sim__enqueue(q, c);
+    if (rc != SW_OK) {
+        pthread_cond_destroy(&ev->cv);
+        pthread_mutex_destroy(&ev->mu);
+        free(ev);
+        return rc;
+    }
+    *out = ev;
+    return SW_OK;
+}
+
+static int sim_event_query(sw__bevent *ev, int *done)
+{
+    pthread_mutex_lock(&ev->mu);
+    *done = ev->done;
+    pthread_mutex_unlock(&ev->mu);
+    return SW_OK;
+}
+
+static int sim_event_wait(sw__bevent *ev)
+{
+    pthread_mutex_lock(&ev->mu);
+    while (!ev->done)
+        pthread_cond_wait(&ev->cv, &ev->mu);
+    pthread_mutex_unlock(&ev->mu);
+    return SW_OK;
+}
+
+static void sim_event_release(sw__bevent *ev)
+{
+    if (ev)
+        sim__event_unref(ev);
+}
+
+static int sim_synchronize(sw__bqueue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    uint64_t target = q->submitted;
+    while (q->completed < target) {
+        q->waiters++;
+        pthread_cond_wait(&q->done_cv, &q->mu);
+        q->waiters--;
+    }
+    pthread_mutex_unlock(&q->mu);
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * The ops table
+ * ---------------------------------------------------------------------- */
+
+const sw__backend_ops sw__sim_backend = {
+    .version = SW__BACKEND_VERSION,
+    .name = "sim",
+    .device_count = sim_device_count,
+    .open = sim_open,
+    .close = sim_close,
+    .alloc = sim_alloc,
+    .free = sim_free,
+    .mem_info = sim_mem_info,
+    .default_queue = sim_default_queue,
+    .queue_create = sim_queue_create,
+    .queue_destroy = sim_queue_destroy,
+    .write = sim_write,
+    .read = sim_read,
+    .copy = sim_copy,
+    .fill = sim_fill,
+    .launch = sim_launch,
+    .event_record = sim_event_record,
+    .event_query = sim_event_query,
+    .event_wait = sim_event_wait,
+    .event_release = sim_event_release,
+    .synchronize = sim_synchronize,
+};

@@ -1,0 +1,101 @@
+/*
+ * bops.c -- the core's thin wrappers around the backend ops table: the one
+ * place for lock assertions, preconditions and fault injection, so that
+ * every backend gets them alike.
+ */
+#include "core/internal.h"
+
+/* Counts a call of op against the armed fault; true when it must fail. */
+static bool fault_hits(sw_device *dev, sw_fault_op op)
+{
+    sw__fault *f = &dev->fault[op];
+    if (f->failing)
+        return true;
+    if (f->countdown == 0)
+        return false;
+    if (--f->countdown > 0)
+        return false;
+    f->failing = f->persistent;
+    return true;
+}
+
+int sw__b_alloc(sw_device *dev, size_t size, uintptr_t *mem)
+{
+    sw__assert_locked(dev);
+    assert(size > 0 && size % SW_ALLOC_GRANULARITY == 0);
+    if (fault_hits(dev, SW_FAULT_ALLOC))
+        return sw__errorf(SW_ERR_OOM, "%s: injected allocation failure",
+                          dev->name);
+    return dev->ops->alloc(dev->b, size, mem);
+}
+
+int sw__b_free(sw_device *dev, uintptr_t mem, size_t size)
+{
+    sw__assert_locked(dev);
+    assert(mem != 0 && size > 0);
+    return dev->ops->free(dev->b, dev->q, mem, size);
+}
+
+static int copy_fault(sw_device *dev, const char *what)
+{
+    return sw__errorf(SW_ERR_DEVICE, "%s: injected %s failure", dev->name,
+                      what);
+}
+
+int sw__b_write(sw_device *dev, uintptr_t dst, size_t off, const void *src,
+                size_t n)
+{
+    sw__assert_locked(dev);
+    assert(dst != 0 && n > 0);
+    if (fault_hits(dev, SW_FAULT_COPY))
+        return copy_fault(dev, "host-to-device copy");
+    return dev->ops->write(dev->q, dst, off, src, n);
+}
+
+int sw__b_read(sw_device *dev, void *dst, uintptr_t src, size_t off,
+               size_t n)
+{
+    sw__assert_locked(dev);
+    assert(src != 0 && n > 0);
+    if (fault_hits(dev, SW_FAULT_COPY))
+        return copy_fault(dev, "device-to-host copy");
+    return dev->ops->read(dev->q, dst, src, off, n);
+}
+
+int sw__b_copy(sw_device *dev, uintptr_t dst, size_t doff, uintptr_t src,
+               size_t soff, size_t n)
+{
+    sw__assert_locked(dev);
+    assert(dst != 0 && src != 0 && n > 0);
+    if (fault_hits(dev, SW_FAULT_COPY))
+        return copy_fault(dev, "device-to-device copy");
+    return dev->ops->copy(dev->q, dst, doff, src, soff, n);
+}
+
+int sw__b_fill(sw_device *dev, uintptr_t dst, size_t off, size_t n,
+               const void *pattern, size_t psize)
+{
+    sw__assert_locked(dev);
+    assert(dst != 0 && n > 0 && n % psize == 0);
+    return dev->ops->fill(dev->q, dst, off, n, pattern, psize);
+}
+
+int sw__b_launch(sw_device *dev, const sw_kernel_args *args)
+{
+    sw__assert_locked(dev);
+    assert(args->n > 0);
+    return dev->ops->launch(dev->q, args);
+}
+
+int sw__b_event_record(sw_device *dev, sw__bevent **ev)
+{
+    sw__assert_locked(dev);
+    return dev->ops->event_record(dev->q, ev);
+}
+
+int sw__b_mem_info(sw_device *dev, uint64_t *free, uint64_t *total,
+                   int *known)
+{
+    sw__assert_locked(dev);
+    return dev->ops->mem_info(dev->b, free, total, known);
+}

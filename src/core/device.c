@@ -1,0 +1,373 @@
+/*
+ * device.c -- the device registry: backends, specs, open/close, the device
+ * lock and handle validation.
+ */
+#include "core/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------
+ * Backends and the registry
+ * ---------------------------------------------------------------------- */
+
+static const sw__backend_ops *const backends[] = {
+    &sw__sim_backend,
+};
+#define NBACKENDS (sizeof backends / sizeof backends[0])
+#define MAX_DEVICES 64 /* per backend */
+
+/* Device structs are created on first open and never freed, so a device
+ * handle stays valid (and detectably closed) for the life of the process.
+ * The registry lock covers open/close and this table; it is never taken
+ * while a device lock is held. */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static sw_device *registry[NBACKENDS][MAX_DEVICES];
+
+/* ------------------------------------------------------------------------
+ * The device lock
+ * ---------------------------------------------------------------------- */
+
+void sw__lock(sw_device *dev)
+{
+    pthread_mutex_lock(&dev->lock);
+    atomic_store_explicit(&dev->owner, pthread_self(), memory_order_relaxed);
+    atomic_store_explicit(&dev->owned, 1, memory_order_relaxed);
+}
+
+void sw__unlock(sw_device *dev)
+{
+    atomic_store_explicit(&dev->owned, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&dev->lock);
+}
+
+bool sw__held(sw_device *dev)
+{
+    return atomic_load_explicit(&dev->owned, memory_order_relaxed) &&
+           pthread_equal(atomic_load_explicit(&dev->owner,
+                                              memory_order_relaxed),
+                         pthread_self());
+}
+
+int sw__device_enter(sw_device *dev)
+{
+    if (dev == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "device is NULL");
+    if (dev->magic != SW__DEVICE_MAGIC)
+        return sw__errorf(SW_ERR_INVALID_HANDLE,
+                          "%p is not a spillway device handle", (void *)dev);
+    sw__lock(dev);
+    if (dev->b == NULL) {
+        sw__unlock(dev);
+        return sw__errorf(SW_ERR_INVALID_HANDLE,
+                          "device %s is closed (every sw_device_open was "
+                          "matched by a close)", dev->name);
+    }
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Listing
+ * ---------------------------------------------------------------------- */
+
+/* Count a backend's devices; a backend that reports an error (for example
+ * a malformed SPILLWAY_SIM_DEVICES) counts as having none here, and open
+ * reports the error. */
+static int backend_count(const sw__backend_ops *ops)
+{
+    int n = 0;
+    char why[256] = "";
+    if (ops->device_count(&n, why, sizeof why) != SW_OK || n < 0)
+        return 0;
+    return n > MAX_DEVICES ? MAX_DEVICES : n;
+}
+
+SW_API int sw_device_count(size_t *count)
+{
+    if (count == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "count is NULL");
+    size_t total = 0;
+    for (size_t i = 0; i < NBACKENDS; i++)
+        total += (size_t)backend_count(backends[i]);
+    *count = total;
+    return SW_OK;
+}
+
+SW_API int sw_device_spec_at(size_t index, char *buf, size_t len)
+{
+    if (buf == NULL || len == 0)
+        return sw__errorf(SW_ERR_INVALID_ARG, "buf is NULL or empty");
+    buf[0] = '\0';
+    size_t seen = 0;
+    for (size_t i = 0; i < NBACKENDS; i++) {
+        size_t n = (size_t)backend_count(backends[i]);
+        if (index < seen + n) {
+            int w = snprintf(buf, len, "%s:%zu", backends[i]->name,
+                             index - seen);
+            if (w < 0 || (size_t)w >= len) {
+                buf[0] = '\0';
+                return sw__errorf(SW_ERR_INVALID_ARG,
+                                  "buffer of %zu bytes is too small", len);
+            }
+            return SW_OK;
+        }
+        seen += n;
+    }
+    return sw__errorf(SW_ERR_NO_DEVICE, "device index %zu: there are %zu "
+                      "devices", index, seen);
+}
+
+/* ------------------------------------------------------------------------
+ * Open and close
+ * ---------------------------------------------------------------------- */
+
+/* "name:index" (index decimal, no sign) or a bare "name" for index 0. */
+static int parse_spec(const char *spec, size_t *backend, int *index)
+{
+    const char *colon = strchr(spec, ':');
+    size_t nlen = colon ? (size_t)(colon - spec) : strlen(spec);
+    int idx = 0;
+    if (colon != NULL) {
+        const char *p = colon + 1;
+        if (*p == '\0')
+            return sw__errorf(SW_ERR_INVALID_ARG, "malformed device spec "
+                              "'%s': expected NAME:INDEX, e.g. sim:0", spec);
+        long v = 0;
+        for (; *p; p++) {
+            if (*p < '0' || *p > '9')
+                return sw__errorf(SW_ERR_INVALID_ARG, "malformed device "
+                                  "spec '%s': the index must be a decimal "
+                                  "number, e.g. sim:0", spec);
+            v = v * 10 + (*p - '0');
+            if (v > 1000000)
+                break;
+        }
+        idx = v >= MAX_DEVICES ? MAX_DEVICES : (int)v;
+    }
+    for (size_t i = 0; i < NBACKENDS; i++) {
+        if (strlen(backends[i]->name) == nlen &&
+            strncmp(backends[i]->name, spec, nlen) == 0) {
+            *backend = i;
+            *index = idx;
+            return SW_OK;
+        }
+    }
+    int rc = sw__errorf(SW_ERR_NO_DEVICE, "no backend named '%.*s' in "
+                        "device spec '%s' (this build has:", (int)nlen,
+                        spec, spec);
+    for (size_t i = 0; i < NBACKENDS; i++)
+        sw__error_append(" %s", backends[i]->name);
+    sw__error_append(")");
+    return rc;
+}
+
+static void reset_state(sw_device *dev)
+{
+    dev->in_use = dev->peak = dev->cached = dev->spilled = dev->budget = 0;
+    dev->allocs = dev->frees = dev->spills = dev->restores = 0;
+    dev->spilled_bytes_total = dev->restored_bytes_total = 0;
+    dev->spill_seconds = dev->restore_seconds = 0;
+    dev->alloc_retries = dev->ooms = dev->gc_runs = 0;
+    dev->clock = 0;
+    dev->live = NULL;
+    dev->live_count = 0;
+    dev->scope_first = dev->scope_last = NULL;
+    sw__cache_init(&dev->cache);
+    memset(dev->fault, 0, sizeof dev->fault);
+    dev->scratch = 0;
+    dev->scratch_used = 0;
+}
+
+static int open_locked(const char *spec, size_t bi, int index,
+                       sw_device **out)
+{
+    const sw__backend_ops *ops = backends[bi];
+    char why[256] = "";
+    int n = 0;
+    int rc = ops->device_count(&n, why, sizeof why);
+    if (rc != SW_OK)
+        return rc;
+    if (index >= n || index >= MAX_DEVICES) {
+        if (n == 0)
+            return sw__errorf(SW_ERR_NO_DEVICE, "%s: no %s devices%s%s",
+                              spec, ops->name, why[0] ? ": " : "", why);
+        return sw__errorf(SW_ERR_NO_DEVICE, "%s: %s has %d device%s "
+                          "(%s:0..%s:%d)", spec, ops->name, n,
+                          n == 1 ? "" : "s", ops->name, ops->name, n - 1);
+    }
+    sw_device *dev = registry[bi][index];
+    if (dev == NULL) {
+        dev = calloc(1, sizeof *dev);
+        if (dev == NULL)
+            return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a device");
+        pthread_mutex_init(&dev->lock, NULL);
+        dev->magic = SW__DEVICE_MAGIC;
+        dev->ops = ops;
+        dev->index = index;
+        snprintf(dev->name, sizeof dev->name, "%s:%d", ops->name, index);
+        registry[bi][index] = dev;
+    }
+    if (dev->refs > 0) {
+        dev->refs++;
+        *out = dev;
+        return SW_OK;
+    }
+    sw__bdev *b = NULL;
+    sw__device_props props;
+    memset(&props, 0, sizeof props);
+    rc = ops->open(index, &b, &props);
+    if (rc != SW_OK)
+        return rc;
+    if (props.max_alloc == 0)
+        props.max_alloc = props.total;
+    sw__lock(dev);
+    reset_state(dev);
+    dev->props = props;
+    dev->b = b;
+    dev->q = ops->default_queue(b);
+    /* Scratch memory for small results; without it sums fall back to a
+     * temporary buffer, so a failure here is not fatal. */
+    if (ops->alloc(b, SW_ALLOC_GRANULARITY, &dev->scratch) != SW_OK)
+        dev->scratch = 0;
+    dev->refs = 1;
+    sw__unlock(dev);
+    *out = dev;
+    return SW_OK;
+}
+
+SW_API int sw_device_open(const char *spec, sw_device **out)
+{
+    if (out == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    if (spec == NULL || spec[0] == '\0') {
+        spec = getenv("SPILLWAY_DEVICE");
+        if (spec == NULL || spec[0] == '\0')
+            spec = "sim:0";
+    }
+    size_t bi = 0;
+    int index = 0;
+    int rc = parse_spec(spec, &bi, &index);
+    if (rc != SW_OK)
+        return rc;
+    pthread_mutex_lock(&registry_lock);
+    rc = open_locked(spec, bi, index, out);
+    pthread_mutex_unlock(&registry_lock);
+    return rc;
+}
+
+SW_API int sw_device_close(sw_device *dev)
+{
+    if (dev == NULL)
+        return SW_OK;
+    if (dev->magic != SW__DEVICE_MAGIC)
+        return sw__errorf(SW_ERR_INVALID_HANDLE,
+                          "%p is not a spillway device handle", (void *)dev);
+    pthread_mutex_lock(&registry_lock);
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK) {
+        pthread_mutex_unlock(&registry_lock);
+        return rc;
+    }
+    if (dev->refs > 1) {
+        dev->refs--;
+        sw__unlock(dev);
+        pthread_mutex_unlock(&registry_lock);
+        return SW_OK;
+    }
+    if (dev->live_count > 0 || dev->scope_first != NULL) {
+        size_t scopes = 0;
+        for (sw_peak_scope *s = dev->scope_first; s; s = s->next)
+            scopes++;
+        rc = sw__errorf(SW_ERR_BUSY, "%s: cannot close the device: %zu "
+                        "buffer%s and %zu peak scope%s still live",
+                        dev->name, dev->live_count,
+                        dev->live_count == 1 ? "" : "s", scopes,
+                        scopes == 1 ? "" : "s");
+        sw__unlock(dev);
+        pthread_mutex_unlock(&registry_lock);
+        return rc;
+    }
+    sw__cache_drain_locked(dev);
+    if (dev->scratch != 0)
+        dev->ops->free(dev->b, dev->q, dev->scratch, SW_ALLOC_GRANULARITY);
+    sw__bdev *b = dev->b;
+    dev->b = NULL;
+    dev->q = NULL;
+    dev->refs = 0;
+    sw__unlock(dev);
+    /* The backend waits for its work here; no device lock is held, and
+     * other threads see the device as closed. */
+    dev->ops->close(b);
+    pthread_mutex_unlock(&registry_lock);
+    return SW_OK;
+}
+
+SW_API const char *sw_device_name(const sw_device *dev)
+{
+    if (dev == NULL || dev->magic != SW__DEVICE_MAGIC)
+        return "(invalid device)";
+    return dev->name;
+}
+
+SW_API const char *sw_device_description(const sw_device *dev)
+{
+    if (dev == NULL || dev->magic != SW__DEVICE_MAGIC)
+        return "(invalid device)";
+    return dev->props.description;
+}
+
+/* ------------------------------------------------------------------------
+ * Waiting
+ * ---------------------------------------------------------------------- */
+
+int sw__wait_event_locked(sw_device *dev, sw__bevent *ev)
+{
+    sw__assert_locked(dev);
+    const sw__backend_ops *ops = dev->ops;
+    sw__unlock(dev);
+    int rc = ops->event_wait(ev);
+    ops->event_release(ev);
+    sw__lock(dev);
+    return rc;
+}
+
+int sw__wait_idle_locked(sw_device *dev)
+{
+    sw__bevent *ev = NULL;
+    int rc = sw__b_event_record(dev, &ev);
+    if (rc != SW_OK)
+        return rc;
+    return sw__wait_event_locked(dev, ev);
+}
+
+SW_API int sw_device_synchronize(sw_device *dev)
+{
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    rc = sw__wait_idle_locked(dev);
+    sw__unlock(dev);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Fault injection
+ * ---------------------------------------------------------------------- */
+
+SW_API int sw_inject_fault(sw_device *dev, sw_fault_op op, uint64_t nth,
+                           int persistent)
+{
+    if (op != SW_FAULT_ALLOC && op != SW_FAULT_COPY)
+        return sw__errorf(SW_ERR_INVALID_ARG, "unknown fault op %d", (int)op);
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    sw__fault *f = &dev->fault[op];
+    f->countdown = nth;
+    f->persistent = persistent != 0;
+    f->failing = false;
+    sw__unlock(dev);
+    return SW_OK;
+}

@@ -1,0 +1,285 @@
+/*
+ * launch.c -- launches: pinning arguments, the built-in kernels and the
+ * buffer-level operations built on them.
+ */
+#include "core/internal.h"
+
+#include <string.h>
+
+/* ------------------------------------------------------------------------
+ * Pinning
+ * ---------------------------------------------------------------------- */
+
+/* The warm path: one state check and a counter update per argument. */
+static int pin_all_locked(sw_device *dev, sw_buffer *const *bufs, size_t n,
+                          sw_devmem *ptrs)
+{
+    for (size_t i = 0; i < n; i++) {
+        int rc = sw__buffer_check_locked(dev, bufs[i], "launch argument");
+        if (rc != SW_OK) {
+            sw__error_append(" (argument %zu)", i);
+            while (i-- > 0)
+                sw__unpin_locked(dev, bufs[i]->base);
+            return rc;
+        }
+        sw_buffer *base = bufs[i]->base;
+        base->pins++;
+        base->last_use = ++dev->clock;
+        if (ptrs != NULL) {
+            ptrs[i].base = base->mem;
+            ptrs[i].offset = base->mem ? bufs[i]->offset : 0;
+        }
+    }
+    return SW_OK;
+}
+
+SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
+                           sw_devmem *ptrs)
+{
+    if ((bufs == NULL || ptrs == NULL) && n > 0)
+        return sw__errorf(SW_ERR_INVALID_ARG, "bufs or ptrs is NULL");
+    if (ptrs != NULL)
+        memset(ptrs, 0, n * sizeof *ptrs);
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    rc = pin_all_locked(dev, bufs, n, ptrs);
+    sw__unlock(dev);
+    if (rc != SW_OK && ptrs != NULL)
+        memset(ptrs, 0, n * sizeof *ptrs);
+    return rc;
+}
+
+SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
+{
+    if (bufs == NULL && n > 0)
+        return sw__errorf(SW_ERR_INVALID_ARG, "bufs is NULL");
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    /* Check everything first, so that a bad array unpins nothing. */
+    for (size_t i = 0; i < n; i++) {
+        rc = sw__buffer_check_locked(dev, bufs[i], "launch argument");
+        if (rc == SW_OK && bufs[i]->base->pins == 0)
+            rc = sw__errorf(SW_ERR_INVALID_ARG, "launch argument %zu is "
+                            "not pinned: sw_launch_end without a matching "
+                            "sw_launch_begin", i);
+        if (rc != SW_OK) {
+            sw__unlock(dev);
+            return rc;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        sw__unpin_locked(dev, bufs[i]->base);
+    sw__unlock(dev);
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Kernels
+ * ---------------------------------------------------------------------- */
+
+static int check_kernel(const sw_kernel_args *a)
+{
+    if (a == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "args is NULL");
+    if ((unsigned)a->kernel > SW_KERNEL_SUM)
+        return sw__errorf(SW_ERR_INVALID_ARG, "unknown kernel %d",
+                          (int)a->kernel);
+    if (sw_dtype_size(a->dtype) == 0)
+        return sw__errorf(SW_ERR_DTYPE, "unknown dtype %d", (int)a->dtype);
+    return SW_OK;
+}
+
+SW_API int sw_launch_kernel(sw_device *dev, const sw_kernel_args *args)
+{
+    int rc = check_kernel(args);
+    if (rc != SW_OK)
+        return rc;
+    rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    if (args->n > 0) {
+        rc = sw__b_launch(dev, args);
+    } else if (args->kernel == SW_KERNEL_SUM) {
+        /* The sum of nothing is 0; backends only see n > 0. */
+        static const uint64_t zero = 0;
+        rc = sw__b_fill(dev, args->out.base, args->out.offset, 8, &zero, 8);
+    }
+    sw__unlock(dev);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Buffer-level operations
+ * ---------------------------------------------------------------------- */
+
+/* Checks that every operand holds n elements of dtype. */
+static int check_operands_locked(sw_device *dev, sw_buffer *const *bufs,
+                                 size_t nbufs, sw_dtype dtype, size_t n)
+{
+    size_t es = sw_dtype_size(dtype);
+    if (es == 0)
+        return sw__errorf(SW_ERR_DTYPE, "unknown dtype %d", (int)dtype);
+    if (n > SIZE_MAX / es)
+        return sw__errorf(SW_ERR_TOO_LARGE, "%zu elements of %zu bytes "
+                          "overflow", n, es);
+    static const char *names[] = {"operand 0", "operand 1", "operand 2"};
+    for (size_t i = 0; i < nbufs; i++) {
+        int rc = sw__buffer_check_locked(dev, bufs[i], names[i]);
+        if (rc != SW_OK)
+            return rc;
+        if (bufs[i]->size < n * es)
+            return sw__errorf(SW_ERR_OUT_OF_RANGE, "%s holds %zu bytes, "
+                              "fewer than %zu elements of %zu bytes",
+                              names[i], bufs[i]->size, n, es);
+    }
+    return SW_OK;
+}
+
+/* One lock acquisition: check, pin, queue, unpin.  Unpinning right after
+ * queueing is safe: frees and reuse are stream-ordered after the kernel. */
+static int run_op(sw_kernel k, sw_buffer *out, sw_buffer *a, sw_buffer *b,
+                  sw_scalar alpha, sw_dtype dtype, size_t n)
+{
+    sw_device *dev;
+    int rc = sw__buffer_enter(out, &dev);
+    if (rc != SW_OK)
+        return rc;
+    sw_buffer *bufs[3] = {out, a, b};
+    size_t nbufs = b ? 3 : a ? 2 : 1;
+    rc = check_operands_locked(dev, bufs, nbufs, dtype, n);
+    if (rc != SW_OK || n == 0)
+        goto out;
+    sw_devmem p[3];
+    rc = pin_all_locked(dev, bufs, nbufs, p);
+    if (rc != SW_OK)
+        goto out;
+    sw_kernel_args args;
+    memset(&args, 0, sizeof args);
+    args.kernel = k;
+    args.dtype = dtype;
+    args.n = n;
+    args.out = p[0];
+    if (a)
+        args.a = p[1];
+    if (b)
+        args.b = p[2];
+    args.alpha = alpha;
+    rc = sw__b_launch(dev, &args);
+    for (size_t i = 0; i < nbufs; i++)
+        sw__unpin_locked(dev, bufs[i]->base);
+out:
+    sw__unlock(dev);
+    return rc;
+}
+
+SW_API int sw_op_fill(sw_buffer *out, sw_dtype dtype, size_t n,
+                      sw_scalar value)
+{
+    return run_op(SW_KERNEL_FILL, out, NULL, NULL, value, dtype, n);
+}
+
+SW_API int sw_op_add(sw_buffer *out, sw_buffer *a, sw_buffer *b,
+                     sw_dtype dtype, size_t n)
+{
+    if (a == NULL || b == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "operand is NULL");
+    sw_scalar zero = {.i = 0};
+    return run_op(SW_KERNEL_ADD, out, a, b, zero, dtype, n);
+}
+
+SW_API int sw_op_scale(sw_buffer *out, sw_buffer *a, sw_scalar alpha,
+                       sw_dtype dtype, size_t n)
+{
+    if (a == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "operand is NULL");
+    return run_op(SW_KERNEL_SCALE, out, a, NULL, alpha, dtype, n);
+}
+
+SW_API int sw_op_axpy(sw_scalar alpha, sw_buffer *x, sw_buffer *y,
+                      sw_dtype dtype, size_t n)
+{
+    if (x == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "operand is NULL");
+    return run_op(SW_KERNEL_AXPY, y, x, NULL, alpha, dtype, n);
+}
+
+/* A slot of the device's scratch block, or -1 when all are busy. */
+static int scratch_take_locked(sw_device *dev)
+{
+    if (dev->scratch == 0 || dev->scratch_used == UINT64_MAX)
+        return -1;
+    for (int i = 0; i < (int)SW__SCRATCH_SLOTS; i++) {
+        if (!(dev->scratch_used & (UINT64_C(1) << i))) {
+            dev->scratch_used |= UINT64_C(1) << i;
+            return i;
+        }
+    }
+    return -1;
+}
+
+SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
+{
+    if (out == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
+    out->i = 0;
+    sw_device *dev;
+    int rc = sw__buffer_enter(a, &dev);
+    if (rc != SW_OK)
+        return rc;
+    rc = check_operands_locked(dev, &a, 1, dtype, n);
+    if (rc != SW_OK || n == 0)
+        goto out; /* the sum of nothing is 0 */
+    int slot = scratch_take_locked(dev);
+    sw_buffer *tmp = NULL;
+    sw_devmem dst;
+    if (slot >= 0) {
+        dst.base = dev->scratch;
+        dst.offset = (size_t)slot * 8;
+    } else {
+        /* Every scratch slot is busy (many concurrent sums): use a
+         * temporary buffer, which is accounted like any other. */
+        sw__unlock(dev);
+        rc = sw_buffer_alloc(dev, 8, "sum result", &tmp);
+        if (rc != SW_OK)
+            return rc;
+        sw__lock(dev);
+        dst.base = tmp->mem;
+        dst.offset = 0;
+    }
+    sw_devmem src;
+    rc = pin_all_locked(dev, &a, 1, &src);
+    if (rc != SW_OK)
+        goto release;
+    sw_kernel_args args;
+    memset(&args, 0, sizeof args);
+    args.kernel = SW_KERNEL_SUM;
+    args.dtype = dtype;
+    args.n = n;
+    args.a = src;
+    args.out = dst;
+    sw_scalar result = {.i = 0};
+    rc = sw__b_launch(dev, &args);
+    if (rc == SW_OK)
+        rc = sw__b_read(dev, &result, dst.base, dst.offset, sizeof result);
+    if (rc == SW_OK) {
+        sw__bevent *ev = NULL;
+        rc = sw__b_event_record(dev, &ev);
+        if (rc == SW_OK)
+            rc = sw__wait_event_locked(dev, ev);
+        else
+            (void)sw__wait_idle_locked(dev);
+    }
+    sw__unpin_locked(dev, a->base);
+    if (rc == SW_OK)
+        *out = result;
+release:
+    if (slot >= 0)
+        dev->scratch_used &= ~(UINT64_C(1) << slot);
+out:
+    sw__unlock(dev);
+    if (tmp != NULL)
+        sw_buffer_free(tmp);
+    return rc;
+}

@@ -1,0 +1,236 @@
+/*
+ * test-budget.c -- sw_set_memory_budget: in_use + cached may not pass it; an
+ * allocation that would first trims the cache, then fails with SW_ERR_OOM
+ * and a message that says why.
+ */
+#include "test.h"
+#include "tests.h"
+
+#define KiB(n) ((uint64_t)(n) << 10)
+
+TEST(budget_get_set)
+{
+    sw_device *dev = test_device();
+    uint64_t b = 77;
+    ASSERT_OK(sw_get_memory_budget(dev, &b));
+    ASSERT_UEQ(b, 0);
+    ASSERT_OK(sw_set_memory_budget(dev, 1 << 20));
+    ASSERT_OK(sw_get_memory_budget(dev, &b));
+    ASSERT_UEQ(b, 1 << 20);
+    ASSERT_UEQ(test_info(dev).budget, 1 << 20);
+    /* Not a multiple of the granularity: kept as given. */
+    ASSERT_OK(sw_set_memory_budget(dev, 1000001));
+    ASSERT_OK(sw_get_memory_budget(dev, &b));
+    ASSERT_UEQ(b, 1000001);
+    ASSERT_OK(sw_set_memory_budget(dev, UINT64_MAX));
+    ASSERT_OK(sw_get_memory_budget(dev, &b));
+    ASSERT_UEQ(b, UINT64_MAX);
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_OK(sw_get_memory_budget(dev, &b));
+    ASSERT_UEQ(b, 0);
+    ASSERT_UEQ(test_info(dev).budget, 0);
+    /* With a huge budget allocations work as without one. */
+    ASSERT_OK(sw_set_memory_budget(dev, UINT64_MAX));
+    sw_buffer *a = test_alloc(dev, KiB(64), "under-huge-budget");
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+}
+
+TEST(budget_trims_cache)
+{
+    sw_device *dev = test_device();
+    int sim = test_is_sim();
+    sw_memory_info i0 = test_info_synced(dev);
+    ASSERT_OK(sw_set_memory_budget(dev, KiB(512)));
+
+    sw_buffer *a = test_alloc(dev, KiB(256), "a");
+    sw_buffer *b = test_alloc(dev, KiB(128), "b");
+    test_write_pattern(a, 1);
+    ASSERT_OK(sw_buffer_free(b));
+    sw_memory_info i1 = test_info_synced(dev);
+    ASSERT_UEQ(i1.in_use, KiB(256));
+    ASSERT_UEQ(i1.cached, KiB(128));
+
+    /* 256K in use + 128K cached + 256K > 512K: the cache goes first, and
+     * then it fits exactly. */
+    sw_buffer *c = test_alloc(dev, KiB(256), "c");
+    sw_memory_info i2 = test_info_synced(dev);
+    ASSERT_UEQ(i2.in_use, KiB(512));
+    ASSERT_UEQ(i2.cached, 0);
+    ASSERT_UEQ(i2.ooms, 0);
+    ASSERT_ULE(i2.in_use + i2.cached, KiB(512));
+    if (sim) /* the trimmed block went back to the device */
+        ASSERT_UEQ(i2.device_free, i0.device_free - KiB(512));
+    test_write_pattern(c, 2);
+    test_expect_pattern(a, 1);
+    test_expect_pattern(c, 2);
+
+    /* Within a (raised) budget the cache is kept. */
+    ASSERT_OK(sw_buffer_free(c));
+    ASSERT_OK(sw_set_memory_budget(dev, KiB(1024)));
+    sw_buffer *d = test_alloc(dev, KiB(64), "d");
+    sw_memory_info i3 = test_info_synced(dev);
+    ASSERT_UEQ(i3.in_use, KiB(320));
+    ASSERT_UEQ(i3.cached, KiB(256));
+    ASSERT_OK(sw_buffer_free(d));
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+}
+
+TEST(budget_oom_message)
+{
+    sw_device *dev = test_device();
+    ASSERT_OK(sw_set_memory_budget(dev, KiB(1024)));
+    /* Seven live buffers of distinct sizes, 7 + 8 + ... + 13 = 70 KiB... */
+    sw_buffer *small[7];
+    for (int i = 0; i < 7; i++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "tensor-%c", 'A' + i);
+        small[i] = test_alloc(dev, KiB(7 + i), tag);
+    }
+    /* ...and a big one: in_use 70K + 900K = 970K. */
+    sw_buffer *big = test_alloc(dev, KiB(900), "the-big-one");
+    sw_memory_info before = test_info_synced(dev);
+    ASSERT_UEQ(before.in_use, KiB(970));
+
+    sw_buffer *out = (sw_buffer *)(uintptr_t)1;
+    ASSERT_ERR(sw_buffer_alloc(dev, KiB(100), "wanted", &out), SW_ERR_OOM);
+    ASSERT_NULL(out);
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s", sw_last_error());
+
+    /* Requested bytes, in_use, cached, budget, device free/total. */
+    ASSERT_MSG_BYTES(msg, KiB(100));
+    ASSERT_MSG_BYTES(msg, KiB(970));
+    ASSERT_MSG_BYTES(msg, KiB(1024));
+    ASSERT_STR_ICONTAINS(msg, "budget");
+    ASSERT_STR_ICONTAINS(msg, "cached");
+    ASSERT_STR_ICONTAINS(msg, "free");
+    if (before.device_total != 0)
+        ASSERT_MSG_BYTES(msg, before.device_total);
+    if (before.device_free_known)
+        ASSERT_MSG_BYTES(msg, before.device_free);
+    /* The five largest live buffers, with tags and states; not the two
+     * smallest. */
+    ASSERT_STR_CONTAINS(msg, "the-big-one");
+    ASSERT_STR_CONTAINS(msg, "tensor-G");
+    ASSERT_STR_CONTAINS(msg, "tensor-F");
+    ASSERT_STR_CONTAINS(msg, "tensor-E");
+    ASSERT_STR_CONTAINS(msg, "tensor-D");
+    if (strstr(msg, "tensor-C") != NULL || strstr(msg, "tensor-B") != NULL ||
+        strstr(msg, "tensor-A") != NULL)
+        FAIL("the message lists more than the five largest buffers: %s",
+             msg);
+    ASSERT_STR_ICONTAINS(msg, "resident");
+    ASSERT_MSG_BYTES(msg, KiB(900));
+
+    /* Nothing changed but the count of failures. */
+    sw_memory_info after = test_info_synced(dev);
+    ASSERT_UEQ(after.in_use, before.in_use);
+    ASSERT_UEQ(after.cached, before.cached);
+    ASSERT_UEQ(after.allocs, before.allocs);
+    ASSERT_UEQ(after.peak, before.peak);
+    ASSERT_UEQ(after.ooms, before.ooms + 1);
+
+    /* Freeing makes room. */
+    ASSERT_OK(sw_buffer_free(big));
+    sw_buffer *fits = test_alloc(dev, KiB(100), "fits-now");
+    test_write_pattern(fits, 3);
+    test_expect_pattern(fits, 3);
+    ASSERT_OK(sw_buffer_free(fits));
+    for (int i = 0; i < 7; i++)
+        ASSERT_OK(sw_buffer_free(small[i]));
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+}
+
+TEST(budget_below_one_alloc)
+{
+    sw_device *dev = test_device();
+    ASSERT_OK(sw_set_memory_budget(dev, KiB(64)));
+    sw_buffer *keep = test_alloc(dev, KiB(16), "keep");
+    test_write_pattern(keep, 6);
+    sw_memory_info before = test_info_synced(dev);
+
+    /* More than the whole budget, far less than the device: OOM, not
+     * TOO_LARGE, and nothing changes. */
+    sw_buffer *out = (sw_buffer *)(uintptr_t)1;
+    ASSERT_ERR(sw_buffer_alloc(dev, KiB(128), "too-big-for-budget", &out),
+               SW_ERR_OOM);
+    ASSERT_NULL(out);
+    const char *msg = sw_last_error();
+    ASSERT_MSG_BYTES(msg, KiB(128));
+    ASSERT_MSG_BYTES(msg, KiB(64));
+    ASSERT_STR_ICONTAINS(msg, "budget");
+    ASSERT_STR_CONTAINS(msg, "keep");
+
+    sw_memory_info after = test_info_synced(dev);
+    ASSERT_UEQ(after.in_use, before.in_use);
+    ASSERT_UEQ(after.cached, before.cached);
+    ASSERT_UEQ(after.allocs, before.allocs);
+    ASSERT_UEQ(after.frees, before.frees);
+    ASSERT_UEQ(after.peak, before.peak);
+    ASSERT_UEQ(after.ooms, before.ooms + 1);
+    ASSERT_UEQ(after.device_free, before.device_free);
+
+    /* Exactly up to the budget is fine: 16K + 48K = 64K. */
+    sw_buffer *rest = test_alloc(dev, KiB(48), "rest");
+    ASSERT_UEQ(test_info(dev).in_use, KiB(64));
+    /* One granule more is not. */
+    ASSERT_ERR(sw_buffer_alloc(dev, 1, "one-more", &out), SW_ERR_OOM);
+    ASSERT_NULL(out);
+    test_expect_pattern(keep, 6);
+    ASSERT_OK(sw_buffer_free(rest));
+    ASSERT_OK(sw_buffer_free(keep));
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+}
+
+TEST(budget_below_held)
+{
+    sw_device *dev = test_device();
+    sw_buffer *a = test_alloc(dev, KiB(256), "held");
+    test_write_pattern(a, 4);
+    /* A budget below what is held is accepted... */
+    ASSERT_OK(sw_set_memory_budget(dev, KiB(128)));
+    uint64_t b = 0;
+    ASSERT_OK(sw_get_memory_budget(dev, &b));
+    ASSERT_UEQ(b, KiB(128));
+    /* ...existing buffers keep working... */
+    test_expect_pattern(a, 4);
+    /* ...and the next allocation that needs room fails. */
+    sw_buffer *out = NULL;
+    ASSERT_ERR(sw_buffer_alloc(dev, 1024, "no-room", &out), SW_ERR_OOM);
+    ASSERT_NULL(out);
+    ASSERT_UEQ(test_info(dev).in_use, KiB(256));
+
+    /* Freeing is always possible; the block is cached (over budget). */
+    ASSERT_OK(sw_buffer_free(a));
+    sw_memory_info i = test_info_synced(dev);
+    ASSERT_UEQ(i.in_use, 0);
+    ASSERT_UEQ(i.cached, KiB(256));
+    /* The next allocation trims the cache and then fits. */
+    sw_buffer *c = test_alloc(dev, KiB(64), "fits-after-trim");
+    i = test_info_synced(dev);
+    ASSERT_UEQ(i.in_use, KiB(64));
+    ASSERT_UEQ(i.cached, 0);
+    test_write_pattern(c, 5);
+    test_expect_pattern(c, 5);
+    ASSERT_OK(sw_buffer_free(c));
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+}
+
+TEST(budget_zero_is_none)
+{
+    sw_device *dev = test_device();
+    ASSERT_OK(sw_set_memory_budget(dev, KiB(64)));
+    sw_buffer *out = NULL;
+    ASSERT_ERR(sw_buffer_alloc(dev, KiB(128), "over", &out), SW_ERR_OOM);
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_UEQ(test_info(dev).budget, 0);
+    sw_buffer *a = test_alloc(dev, KiB(128), "no-budget");
+    sw_buffer *b = test_alloc(dev, KiB(1024), "no-budget-2");
+    ASSERT_UEQ(test_info(dev).in_use, KiB(1152));
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_buffer_free(b));
+    /* Without a budget freed blocks stay cached. */
+    ASSERT_UEQ(test_info_synced(dev).cached, KiB(1152));
+}

@@ -1,0 +1,362 @@
+/*
+ * test-errors.c -- error names and messages, NULL arguments, foreign
+ * handles, element types.
+ */
+#include "test.h"
+#include "tests.h"
+
+#include <limits.h>
+#include <pthread.h>
+
+/* What the library's own state looks like, for "nothing changed" checks. */
+static void expect_unchanged(const sw_memory_info *a, const sw_memory_info *b)
+{
+    ASSERT_UEQ(a->in_use, b->in_use);
+    ASSERT_UEQ(a->cached, b->cached);
+    ASSERT_UEQ(a->peak, b->peak);
+    ASSERT_UEQ(a->spilled, b->spilled);
+    ASSERT_UEQ(a->allocs, b->allocs);
+    ASSERT_UEQ(a->frees, b->frees);
+    ASSERT_UEQ(a->budget, b->budget);
+}
+
+TEST(error_names)
+{
+    /* Every code of the table: its name and description, as the table says,
+     * and distinct from every other code's. */
+    struct {
+        int code;
+        const char *name;
+        const char *msg;
+    } table[] = {
+#define SW__ROW(name, code, msg) {code, "SW_ERR_" #name, msg},
+        SW_ERRNO_MAP(SW__ROW)
+#undef SW__ROW
+    };
+    size_t n = sizeof table / sizeof table[0];
+    ASSERT_EQ(n, 11);
+    for (size_t i = 0; i < n; i++) {
+        ASSERT_LT(table[i].code, 0);
+        ASSERT_STR_EQ(sw_err_name(table[i].code), table[i].name);
+        ASSERT_STR_EQ(sw_strerror(table[i].code), table[i].msg);
+        for (size_t j = 0; j < i; j++)
+            ASSERT_NE(table[i].code, table[j].code);
+    }
+    ASSERT_STR_EQ(sw_err_name(SW_ERR_OOM), "SW_ERR_OOM");
+    ASSERT_STR_EQ(sw_strerror(SW_ERR_OUT_OF_RANGE),
+                  "byte range outside the buffer");
+
+    /* SW_OK has a name and a description (not NULL, not empty). */
+    ASSERT_NOT_NULL(sw_err_name(SW_OK));
+    ASSERT_TRUE(sw_err_name(SW_OK)[0] != '\0');
+    ASSERT_NOT_NULL(sw_strerror(SW_OK));
+    ASSERT_TRUE(sw_strerror(SW_OK)[0] != '\0');
+
+    /* Codes outside the table. */
+    int unknown[] = {-12, -100, 1, 42, INT_MIN, INT_MAX};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        ASSERT_STR_EQ(sw_err_name(unknown[i]), "SW_ERR_UNKNOWN");
+        const char *s = sw_strerror(unknown[i]);
+        ASSERT_NOT_NULL(s);
+        ASSERT_TRUE(s[0] != '\0');
+        for (size_t j = 0; j < n; j++)
+            ASSERT_TRUE(strcmp(s, table[j].msg) != 0);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    char before[256];
+    char after[256];
+    int rc;
+} last_error_probe;
+
+static void *last_error_thread(void *arg)
+{
+    last_error_probe *p = arg;
+    snprintf(p->before, sizeof p->before, "%s", sw_last_error());
+    sw_device *dev = (sw_device *)(uintptr_t)1;
+    (void)dev;
+    /* A failure of a different kind on this thread. */
+    p->rc = sw_device_open("bogus:7", &dev);
+    snprintf(p->after, sizeof p->after, "%s", sw_last_error());
+    return NULL;
+}
+
+TEST(error_last_error_per_thread)
+{
+    /* A fresh thread has no message; a failure sets one that names what was
+     * wrong, and a message is per thread. */
+    sw_buffer *b = (sw_buffer *)(uintptr_t)1;
+    ASSERT_ERR(sw_buffer_alloc(NULL, 16, "x", &b), SW_ERR_INVALID_ARG);
+    ASSERT_NULL(b);
+    char mine[256];
+    snprintf(mine, sizeof mine, "%s", sw_last_error());
+    ASSERT_TRUE(mine[0] != '\0');
+
+    last_error_probe probe;
+    memset(&probe, 0, sizeof probe);
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, last_error_thread, &probe), 0);
+    ASSERT_EQ(pthread_join(t, NULL), 0);
+    ASSERT_STR_EQ(probe.before, "");
+    ASSERT_EQ(probe.rc, SW_ERR_NO_DEVICE);
+    ASSERT_TRUE(probe.after[0] != '\0');
+    ASSERT_STR_CONTAINS(probe.after, "bogus");
+
+    /* The other thread's failure did not touch this thread's message. */
+    ASSERT_STR_EQ(sw_last_error(), mine);
+}
+
+/* ------------------------------------------------------------------------ */
+
+TEST(null_destroy_noop)
+{
+    ASSERT_EQ(sw_buffer_free(NULL), SW_OK);
+    ASSERT_EQ(sw_device_close(NULL), SW_OK);
+    /* And they leave a working library behind. */
+    sw_device *dev = test_device();
+    sw_memory_info before = test_info(dev);
+    ASSERT_EQ(sw_buffer_free(NULL), SW_OK);
+    ASSERT_EQ(sw_device_close(NULL), SW_OK);
+    sw_memory_info after = test_info(dev);
+    expect_unchanged(&before, &after);
+    sw_buffer *b = test_alloc(dev, 64, "after-null");
+    test_write_pattern(b, 3);
+    test_expect_pattern(b, 3);
+    ASSERT_OK(sw_buffer_free(b));
+}
+
+TEST(null_arguments)
+{
+    sw_device *dev = test_device();
+    sw_buffer *buf = test_alloc(dev, 256, "null-args");
+    test_write_pattern(buf, 11);
+    sw_memory_info before = test_info(dev);
+
+    /* Devices. */
+    ASSERT_ERR(sw_device_open(test_device_spec(), NULL), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_device_synchronize(NULL), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_device_count(NULL), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_device_spec_at(0, NULL, 16), SW_ERR_INVALID_ARG);
+
+    /* Accounting: the info struct is zeroed on failure. */
+    sw_memory_info info;
+    memset(&info, 0xA5, sizeof info);
+    ASSERT_ERR(sw_memory_info_get(NULL, &info), SW_ERR_INVALID_ARG);
+    ASSERT_UEQ(info.in_use, 0);
+    ASSERT_UEQ(info.device_total, 0);
+    ASSERT_UEQ(info.allocs, 0);
+    ASSERT_UEQ(info.gc_runs, 0);
+    ASSERT_EQ(info.device_free_known, 0);
+    ASSERT_ERR(sw_memory_info_get(dev, NULL), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_reset_peak(NULL), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_empty_cache(NULL), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_set_memory_budget(NULL, 1024), SW_ERR_INVALID_ARG);
+    uint64_t u64 = 77;
+    ASSERT_ERR(sw_get_memory_budget(NULL, &u64), SW_ERR_INVALID_ARG);
+    ASSERT_UEQ(u64, 0);
+    ASSERT_ERR(sw_get_memory_budget(dev, NULL), SW_ERR_INVALID_ARG);
+    sw_peak_scope *scope = (sw_peak_scope *)(uintptr_t)1;
+    ASSERT_ERR(sw_peak_scope_begin(NULL, &scope), SW_ERR_INVALID_ARG);
+    ASSERT_NULL(scope);
+    ASSERT_ERR(sw_peak_scope_begin(dev, NULL), SW_ERR_INVALID_ARG);
+    u64 = 77;
+    ASSERT_ERR(sw_peak_scope_peak(NULL, &u64), SW_ERR_INVALID_ARG);
+    ASSERT_UEQ(u64, 0);
+
+    /* Buffers: out-parameters are NULL/0 after a failure. */
+    sw_buffer *out = (sw_buffer *)(uintptr_t)1;
+    ASSERT_ERR(sw_buffer_alloc(NULL, 64, "x", &out), SW_ERR_INVALID_ARG);
+    ASSERT_NULL(out);
+    ASSERT_ERR(sw_buffer_alloc(dev, 64, "x", NULL), SW_ERR_INVALID_ARG);
+    out = (sw_buffer *)(uintptr_t)1;
+    ASSERT_ERR(sw_buffer_view(NULL, 0, 0, &out), SW_ERR_INVALID_ARG);
+    ASSERT_NULL(out);
+    ASSERT_ERR(sw_buffer_view(buf, 0, 16, NULL), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_buffer_retain(NULL), SW_ERR_INVALID_ARG);
+    size_t size = 77;
+    ASSERT_ERR(sw_buffer_size(NULL, &size), SW_ERR_INVALID_ARG);
+    ASSERT_EQ(size, 0);
+    ASSERT_ERR(sw_buffer_size(buf, NULL), SW_ERR_INVALID_ARG);
+    sw_device *d = (sw_device *)(uintptr_t)1;
+    ASSERT_ERR(sw_buffer_device(NULL, &d), SW_ERR_INVALID_ARG);
+    ASSERT_NULL(d);
+    ASSERT_ERR(sw_buffer_device(buf, NULL), SW_ERR_INVALID_ARG);
+    sw_buffer_state st;
+    ASSERT_ERR(sw_buffer_state_get(NULL, &st), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_buffer_state_get(buf, NULL), SW_ERR_INVALID_ARG);
+    char tag[16] = "untouched";
+    ASSERT_ERR(sw_buffer_tag(NULL, tag, sizeof tag), SW_ERR_INVALID_ARG);
+    ASSERT_STR_EQ(tag, "");
+    ASSERT_ERR(sw_buffer_tag(buf, NULL, 16), SW_ERR_INVALID_ARG);
+    sw_devmem mem = {77, 77};
+    ASSERT_ERR(sw_buffer_device_ptr(NULL, &mem), SW_ERR_INVALID_ARG);
+    ASSERT_UEQ(mem.base, 0);
+    ASSERT_UEQ(mem.offset, 0);
+    ASSERT_ERR(sw_buffer_device_ptr(buf, NULL), SW_ERR_INVALID_ARG);
+
+    unsigned char host[256];
+    memset(host, 0xEE, sizeof host);
+    ASSERT_ERR(sw_buffer_read(NULL, 0, host, 16), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_buffer_read(buf, 0, NULL, 16), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_buffer_write(NULL, 0, host, 16), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_buffer_write(buf, 0, NULL, 16), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_buffer_copy(NULL, 0, buf, 0, 16), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_buffer_copy(buf, 0, NULL, 0, 16), SW_ERR_INVALID_ARG);
+    uint32_t pat = 0xdeadbeef;
+    ASSERT_ERR(sw_buffer_fill(NULL, 0, 16, &pat, 4), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_buffer_fill(buf, 0, 16, NULL, 4), SW_ERR_INVALID_ARG);
+
+    /* Launches and operations. */
+    sw_devmem ptrs[2];
+    sw_buffer *bufs[2] = {buf, NULL};
+    ASSERT_ERR(sw_launch_begin(NULL, bufs, 1, ptrs), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_launch_begin(dev, NULL, 1, ptrs), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_launch_begin(dev, bufs, 1, NULL), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_launch_begin(dev, bufs, 2, ptrs), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_launch_end(NULL, bufs, 1), SW_ERR_INVALID_ARG);
+    sw_kernel_args args;
+    memset(&args, 0, sizeof args);
+    ASSERT_ERR(sw_launch_kernel(NULL, &args), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_launch_kernel(dev, NULL), SW_ERR_INVALID_ARG);
+    sw_scalar one = {.f = 1.0};
+    ASSERT_ERR(sw_op_fill(NULL, SW_FLOAT32, 4, one), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_op_add(NULL, buf, buf, SW_FLOAT32, 4), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_op_add(buf, NULL, buf, SW_FLOAT32, 4), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_op_add(buf, buf, NULL, SW_FLOAT32, 4), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_op_scale(NULL, buf, one, SW_FLOAT32, 4),
+               SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_op_scale(buf, NULL, one, SW_FLOAT32, 4),
+               SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_op_axpy(one, NULL, buf, SW_FLOAT32, 4), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_op_axpy(one, buf, NULL, SW_FLOAT32, 4), SW_ERR_INVALID_ARG);
+    sw_scalar res = {.i = 77};
+    ASSERT_ERR(sw_op_sum(NULL, SW_FLOAT32, 4, &res), SW_ERR_INVALID_ARG);
+    ASSERT_EQ(res.i, 0);
+    ASSERT_ERR(sw_op_sum(buf, SW_FLOAT32, 4, NULL), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_inject_fault(NULL, SW_FAULT_ALLOC, 1, 0),
+               SW_ERR_INVALID_ARG);
+
+    /* Nothing of the above changed anything. */
+    ASSERT_OK(sw_device_synchronize(dev));
+    sw_memory_info after = test_info(dev);
+    expect_unchanged(&before, &after);
+    test_expect_pattern(buf, 11);
+    ASSERT_OK(sw_buffer_free(buf));
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* Every buffer entry point must reject h as SW_ERR_INVALID_HANDLE (a valid
+ * buffer `good` fills the other operand positions) and change nothing. */
+static void expect_buffer_rejected(sw_device *dev, sw_buffer *h,
+                                   sw_buffer *good)
+{
+    unsigned char host[64];
+    memset(host, 0x5A, sizeof host);
+    size_t size = 77;
+    ASSERT_ERR(sw_buffer_size(h, &size), SW_ERR_INVALID_HANDLE);
+    ASSERT_EQ(size, 0);
+    ASSERT_ERR(sw_buffer_read(h, 0, host, 8), SW_ERR_INVALID_HANDLE);
+    for (size_t i = 0; i < sizeof host; i++)
+        ASSERT_EQ(host[i], 0x5A);
+    ASSERT_ERR(sw_buffer_write(h, 0, host, 8), SW_ERR_INVALID_HANDLE);
+    sw_buffer *v = (sw_buffer *)(uintptr_t)1;
+    ASSERT_ERR(sw_buffer_view(h, 0, 8, &v), SW_ERR_INVALID_HANDLE);
+    ASSERT_NULL(v);
+    ASSERT_ERR(sw_buffer_retain(h), SW_ERR_INVALID_HANDLE);
+    sw_device *d = (sw_device *)(uintptr_t)1;
+    ASSERT_ERR(sw_buffer_device(h, &d), SW_ERR_INVALID_HANDLE);
+    ASSERT_NULL(d);
+    sw_buffer_state st;
+    ASSERT_ERR(sw_buffer_state_get(h, &st), SW_ERR_INVALID_HANDLE);
+    char tag[8] = "xxxxxxx";
+    ASSERT_ERR(sw_buffer_tag(h, tag, sizeof tag), SW_ERR_INVALID_HANDLE);
+    ASSERT_STR_EQ(tag, "");
+    sw_devmem mem = {77, 77};
+    ASSERT_ERR(sw_buffer_device_ptr(h, &mem), SW_ERR_INVALID_HANDLE);
+    ASSERT_UEQ(mem.base, 0);
+    ASSERT_UEQ(mem.offset, 0);
+    uint32_t pat = 1;
+    ASSERT_ERR(sw_buffer_fill(h, 0, 8, &pat, 4), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_buffer_copy(h, 0, good, 0, 8), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_buffer_copy(good, 0, h, 0, 8), SW_ERR_INVALID_HANDLE);
+    sw_scalar s = {.f = 2.0};
+    ASSERT_ERR(sw_op_fill(h, SW_FLOAT32, 2, s), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_op_add(good, h, good, SW_FLOAT32, 2),
+               SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_op_add(good, good, h, SW_FLOAT32, 2),
+               SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_op_scale(good, h, s, SW_FLOAT32, 2), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_op_axpy(s, h, good, SW_FLOAT32, 2), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_op_axpy(s, good, h, SW_FLOAT32, 2), SW_ERR_INVALID_HANDLE);
+    sw_scalar r = {.i = 77};
+    ASSERT_ERR(sw_op_sum(h, SW_FLOAT32, 2, &r), SW_ERR_INVALID_HANDLE);
+    ASSERT_EQ(r.i, 0);
+    sw_buffer *bufs[2] = {good, h};
+    sw_devmem ptrs[2];
+    ASSERT_ERR(sw_launch_begin(dev, bufs, 2, ptrs), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_buffer_free(h), SW_ERR_INVALID_HANDLE);
+}
+
+TEST(foreign_handles)
+{
+    sw_device *dev = test_device();
+    sw_buffer *good = test_alloc(dev, 64, "good");
+    test_write_pattern(good, 5);
+    sw_memory_info before = test_info(dev);
+
+    /* Zeroed and patterned host memory posing as handles. */
+    static uint64_t fake[512];
+    memset(fake, 0, sizeof fake);
+    expect_buffer_rejected(dev, (sw_buffer *)fake, good);
+    memset(fake, 0xA5, sizeof fake);
+    expect_buffer_rejected(dev, (sw_buffer *)fake, good);
+    uint64_t local[64];
+    memset(local, 0x3C, sizeof local);
+    expect_buffer_rejected(dev, (sw_buffer *)local, good);
+
+    /* A handle of another type. */
+    expect_buffer_rejected(dev, (sw_buffer *)dev, good);
+
+    sw_device *fdev = (sw_device *)local;
+    sw_memory_info info;
+    ASSERT_ERR(sw_memory_info_get(fdev, &info), SW_ERR_INVALID_HANDLE);
+    sw_buffer *out = (sw_buffer *)(uintptr_t)1;
+    ASSERT_ERR(sw_buffer_alloc(fdev, 64, "x", &out), SW_ERR_INVALID_HANDLE);
+    ASSERT_NULL(out);
+    ASSERT_ERR(sw_device_synchronize(fdev), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_empty_cache(fdev), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_set_memory_budget(fdev, 1), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_device_close(fdev), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_memory_info_get((sw_device *)good, &info),
+               SW_ERR_INVALID_HANDLE);
+    sw_buffer *bufs[1] = {good};
+    sw_devmem ptrs[1];
+    ASSERT_ERR(sw_launch_begin(fdev, bufs, 1, ptrs), SW_ERR_INVALID_HANDLE);
+    uint64_t peak = 77;
+    ASSERT_ERR(sw_peak_scope_peak((sw_peak_scope *)local, &peak),
+               SW_ERR_INVALID_HANDLE);
+    ASSERT_UEQ(peak, 0);
+    ASSERT_ERR(sw_peak_scope_end((sw_peak_scope *)local, NULL),
+               SW_ERR_INVALID_HANDLE);
+
+    ASSERT_OK(sw_device_synchronize(dev));
+    sw_memory_info after = test_info(dev);
+    expect_unchanged(&before, &after);
+    test_expect_pattern(good, 5);
+    ASSERT_OK(sw_buffer_free(good));
+}
+
+TEST(dtype_size)
+{
+    ASSERT_EQ(sw_dtype_size(SW_FLOAT32), 4);
+    ASSERT_EQ(sw_dtype_size(SW_FLOAT64), 8);
+    ASSERT_EQ(sw_dtype_size(SW_INT32), 4);
+    ASSERT_EQ(sw_dtype_size(SW_INT64), 8);
+    ASSERT_EQ(sw_dtype_size((sw_dtype)4), 0);
+    ASSERT_EQ(sw_dtype_size((sw_dtype)-1), 0);
+    ASSERT_EQ(sw_dtype_size((sw_dtype)1000), 0);
+}

@@ -1,0 +1,111 @@
+/*
+ * tests.h -- the one list of C tests.  Add a test here and define it with
+ * TEST(name) in a tests/c/test-*.c file.  Threaded tests are named thread_*
+ * (the sanitizer target runs `test_spillway thread` under ThreadSanitizer).
+ */
+#ifndef SW_TESTS_H
+#define SW_TESTS_H
+
+#define SW_TEST_LIST(X)                                                       \
+    /* test-errors.c */                                                       \
+    X(error_names)                                                            \
+    X(error_last_error_per_thread)                                            \
+    X(null_destroy_noop)                                                      \
+    X(null_arguments)                                                         \
+    X(foreign_handles)                                                        \
+    X(dtype_size)                                                             \
+    /* test-device.c */                                                       \
+    X(device_count_and_specs)                                                 \
+    X(device_open_refcount)                                                   \
+    X(device_open_default)                                                    \
+    X(device_open_default_env)                                                \
+    X(device_bad_specs)                                                       \
+    X(device_close_busy)                                                      \
+    X(device_name_description)                                                \
+    X(sim_memory_env)                                                         \
+    X(sim_memory_env_malformed)                                               \
+    X(sim_devices_env)                                                        \
+    X(sim_devices_separate_accounting)                                        \
+    /* test-accounting.c */                                                   \
+    X(accounting_initial)                                                     \
+    X(accounting_rounding)                                                    \
+    X(accounting_views)                                                       \
+    X(accounting_base_freed_view_alive)                                       \
+    X(accounting_cache_reuse)                                                 \
+    X(accounting_empty_cache)                                                 \
+    X(accounting_device_free)                                                 \
+    X(accounting_counters)                                                    \
+    X(peak_and_reset)                                                         \
+    X(peak_scopes_nested)                                                     \
+    X(peak_scopes_out_of_order)                                               \
+    X(peak_scope_peek)                                                        \
+    X(peak_scope_bad_args)                                                    \
+    /* test-budget.c */                                                       \
+    X(budget_get_set)                                                         \
+    X(budget_trims_cache)                                                     \
+    X(budget_oom_message)                                                     \
+    X(budget_below_one_alloc)                                                 \
+    X(budget_below_held)                                                      \
+    X(budget_zero_is_none)                                                    \
+    /* test-oom.c */                                                          \
+    X(oom_fill_device)                                                        \
+    X(oom_ladder_empties_cache)                                               \
+    X(oom_fragmentation)                                                      \
+    X(alloc_too_large)                                                        \
+    X(oom_not_too_large)                                                      \
+    /* test-buffer.c */                                                       \
+    X(buffer_read_write)                                                      \
+    X(buffer_zero_size)                                                       \
+    X(buffer_out_of_range)                                                    \
+    X(buffer_offset_overflow)                                                 \
+    X(buffer_double_free)                                                     \
+    X(buffer_use_after_free)                                                  \
+    X(buffer_retain)                                                          \
+    X(buffer_views)                                                           \
+    X(buffer_view_out_of_range)                                               \
+    X(buffer_tag)                                                             \
+    X(buffer_state_and_device)                                                \
+    X(buffer_device_ptr)                                                      \
+    X(buffer_copy)                                                            \
+    X(buffer_fill)                                                            \
+    /* test-ops.c */                                                          \
+    X(ops_fill)                                                               \
+    X(ops_add)                                                                \
+    X(ops_scale)                                                              \
+    X(ops_axpy)                                                               \
+    X(ops_sum)                                                                \
+    X(ops_integer_wrap)                                                       \
+    X(ops_on_views)                                                           \
+    X(ops_zero_elements)                                                      \
+    X(ops_bad_dtype)                                                          \
+    X(ops_too_small)                                                          \
+    X(ops_in_place)                                                           \
+    X(ops_mixed_devices)                                                      \
+    X(launch_raw_kernels)                                                     \
+    X(launch_bad_args)                                                        \
+    /* test-async.c */                                                        \
+    X(async_free_while_queued)                                                \
+    X(async_cache_reuse_in_order)                                             \
+    X(async_read_waits_for_ops)                                               \
+    X(sim_validator_catches_stale_pointer)                                    \
+    X(sim_validator_catches_out_of_bounds)                                    \
+    /* test-fault.c */                                                        \
+    X(fault_bad_args)                                                         \
+    X(fault_alloc_countdown)                                                  \
+    X(fault_copy_countdown)                                                   \
+    X(fault_alloc_persistent)                                                 \
+    X(fault_copy_persistent)                                                  \
+    X(fault_cache_hit_skips_backend)                                          \
+    /* test-threads.c */                                                      \
+    X(thread_alloc_free_rw)                                                   \
+    X(thread_ops)                                                             \
+    X(thread_budget)                                                          \
+    X(thread_peak_scopes)                                                     \
+    X(thread_open_close)                                                      \
+    X(thread_shared_buffer_refs)
+
+#define SW__DECLARE_TEST(name) void test_##name(void);
+SW_TEST_LIST(SW__DECLARE_TEST)
+#undef SW__DECLARE_TEST
+
+#endif /* SW_TESTS_H */
