@@ -154,7 +154,8 @@ typedef struct sw_memory_info {
     uint64_t gc_runs;       /* collections run by pressure callbacks */
 } sw_memory_info;
 
-/* Sizes are rounded up to a multiple of this (the unit of in_use). */
+/* Sizes are rounded up to a multiple of this (the unit of in_use).  A
+ * spilled buffer counts in `spilled`, not in in_use. */
 #define SW_ALLOC_GRANULARITY 512u
 
 SW_API int sw_memory_info_get(sw_device *dev, sw_memory_info *out);
@@ -174,9 +175,12 @@ SW_API int sw_peak_scope_peak(sw_peak_scope *scope, uint64_t *peak);
 SW_API int sw_peak_scope_end(sw_peak_scope *scope, uint64_t *peak);
 
 /* Bound the device memory spillway holds, in_use + cached, to bytes (0: no
- * budget).  An allocation that would pass it first trims the cache, then
- * fails with SW_ERR_OOM.  A budget below what is already held is accepted:
- * the next allocation that needs room trims the cache or fails. */
+ * budget).  An allocation (or a restore) that would pass it first trims the
+ * cache, oldest blocks first, then spills least-recently-used buffers to
+ * host memory until it fits; it fails with SW_ERR_OOM only when what cannot
+ * move (pinned, exposed, external buffers) leaves no room.  A budget below
+ * what is already held is accepted and enforced lazily: the next
+ * allocation or restore makes room. */
 SW_API int sw_set_memory_budget(sw_device *dev, uint64_t bytes);
 SW_API int sw_get_memory_budget(sw_device *dev, uint64_t *bytes);
 
@@ -243,33 +247,60 @@ SW_API int sw_buffer_tag(sw_buffer *buf, char *out, size_t len);
 
 /* Host access to bytes [offset, offset + n).  Ordered after work already
  * queued on the device; they return once the copy is complete.  A range
- * past the end is SW_ERR_OUT_OF_RANGE. */
+ * past the end is SW_ERR_OUT_OF_RANGE.  A spilled buffer is read and
+ * written in its host copy and stays spilled: only the device brings a
+ * buffer back. */
 SW_API int sw_buffer_read(sw_buffer *buf, size_t offset, void *dst, size_t n);
 SW_API int sw_buffer_write(sw_buffer *buf, size_t offset, const void *src,
                            size_t n);
 
-/* Device-to-device copy of n bytes, queued (asynchronous). */
+/* Device-to-device copy of n bytes, queued (asynchronous).  Spilled
+ * operands are restored first. */
 SW_API int sw_buffer_copy(sw_buffer *dst, size_t dst_offset, sw_buffer *src,
                           size_t src_offset, size_t n);
 
 /* Fill bytes [offset, offset + n) with a repeated pattern of 1, 2, 4 or 8
- * bytes (n a multiple of pattern_size), queued. */
+ * bytes (n a multiple of pattern_size), queued on the device (a spilled
+ * buffer is restored first). */
 SW_API int sw_buffer_fill(sw_buffer *buf, size_t offset, size_t n,
                           const void *pattern, size_t pattern_size);
 
-/* The buffer's device memory, for a caller's own launch.  Valid until the
- * buffer is freed (and, once spilling exists, only inside a launch; see
- * sw_launch_begin). */
+/* The buffer's device memory, restoring it if spilled.  The memory may
+ * move again at the next allocation that needs room: hold it across a
+ * launch with sw_launch_begin, or for longer with sw_buffer_expose. */
 SW_API int sw_buffer_device_ptr(sw_buffer *buf, sw_devmem *out);
+
+/* Wrap device memory that spillway does not own (another allocator's,
+ * an imported DLPack tensor's): mem must stay valid while the handle
+ * lives.  An external buffer is never spilled, never freed by spillway
+ * and not counted in in_use; views, transfers and launches work on it as
+ * on any buffer. */
+SW_API int sw_buffer_wrap(sw_device *dev, sw_devmem mem, size_t size,
+                          const char *tag, sw_buffer **out);
+
+/* Exposure leases.  Handing a buffer's device pointer to code spillway
+ * does not see (DLPack export, a raw pointer kept past a launch) takes a
+ * lease: the buffer is restored if spilled, and while any lease on it is
+ * live it is never spilled and its memory stays allocated (even if every
+ * handle is freed).  When the last lease is released it is spillable
+ * again.  (cuDF's exposure is permanent; this one ends.) */
+typedef struct sw_lease sw_lease;
+SW_API int sw_buffer_expose(sw_buffer *buf, sw_devmem *ptr, sw_lease **out);
+/* Release a lease; NULL is a no-op, a second release SW_ERR_INVALID_HANDLE. */
+SW_API int sw_lease_release(sw_lease *lease);
 
 /* ------------------------------------------------------------------------
  * Launches
  * ---------------------------------------------------------------------- */
 
-/* Prepare a launch that uses n buffers (all on dev): each is made usable on
- * the device and pinned, and its device memory written to ptrs[i].  Pinned
- * buffers stay where they are until sw_launch_end with the same array.
- * Duplicates in the array are allowed. */
+/* Prepare a launch that uses n buffers (all on dev): each is made resident
+ * (restoring spilled ones, which may spill others but never an argument of
+ * this launch) and pinned, and its device memory written to ptrs[i].
+ * Pinned buffers stay where they are until sw_launch_end with the same
+ * array.  Duplicates in the array are allowed.  If the arguments together
+ * cannot fit on the device (or in the budget), SW_ERR_OOM says so with
+ * their sizes before anything moves.  The handles must stay live until
+ * sw_launch_end. */
 SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
                            sw_devmem *ptrs);
 /* Unpin what sw_launch_begin pinned (the same bufs and n). */
@@ -318,14 +349,50 @@ SW_API int sw_op_axpy(sw_scalar alpha, sw_buffer *x, sw_buffer *y,
 SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out);
 
 /* ------------------------------------------------------------------------
+ * Memory pressure
+ *
+ * When an allocation fails on the device (or cannot meet the budget even
+ * after spilling), spillway calls the device's pressure callbacks, then
+ * retries.  A callback is called with the device lock HELD (the lock is
+ * the sw_pressure it receives).  Lock order is device lock -> anything
+ * else, never the reverse: a callback that needs anything that can block or
+ * re-enter spillway (Python's GIL, sw_buffer_free, another allocation)
+ * calls sw_pressure_unlock first and sw_pressure_relock before it returns.
+ * Callbacks are not re-entered: an allocation made from inside a callback
+ * does not run the callbacks again.
+ * ---------------------------------------------------------------------- */
+
+typedef struct sw_pressure sw_pressure;
+
+/* bytes: the request that failed.  Return nonzero if the callback may
+ * have freed device memory (the allocation is then retried). */
+typedef int (*sw_pressure_fn)(sw_device *dev, sw_pressure *p, size_t bytes,
+                              void *user);
+
+/* Register fn(user) on dev; *id identifies it for removal.  At most
+ * SW_MAX_PRESSURE_CALLBACKS per device. */
+#define SW_MAX_PRESSURE_CALLBACKS 16
+SW_API int sw_add_pressure_callback(sw_device *dev, sw_pressure_fn fn,
+                                    void *user, int *id);
+/* Safe to call from inside a callback (with the lock released). */
+SW_API int sw_remove_pressure_callback(sw_device *dev, int id);
+
+/* Inside a callback: release and re-take the device lock. */
+SW_API void sw_pressure_unlock(sw_pressure *p);
+SW_API void sw_pressure_relock(sw_pressure *p);
+/* Inside a callback, lock held: count one garbage-collector run in the
+ * device's gc_runs. */
+SW_API void sw_pressure_note_gc(sw_pressure *p);
+
+/* ------------------------------------------------------------------------
  * Fault injection (every backend: done in the core's wrapper of each
  * backend operation)
  * ---------------------------------------------------------------------- */
 
 typedef enum sw_fault_op {
     SW_FAULT_ALLOC = 0, /* backend allocations fail with SW_ERR_OOM     */
-    SW_FAULT_COPY = 1,  /* backend copies (either direction) fail with
-                         * SW_ERR_DEVICE                                */
+    SW_FAULT_COPY = 1,  /* backend copies (either direction, spills and
+                         * restores too) fail with SW_ERR_DEVICE        */
 } sw_fault_op;
 
 /* Make the nth (1-based) next call of op fail; with persistent != 0, that

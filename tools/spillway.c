@@ -625,9 +625,9 @@ static int step_budget(demo *d)
             return 1;
     }
 
-    /* Then more than the budget leaves room for. */
-    uint64_t room = budget > held ? budget - held : 0;
-    uint64_t want = room + 1 * MIB;
+    /* Then more than the whole budget: no trimming of the cache (nor, once
+     * buffers can be spilled, any spilling) can make room for it. */
+    uint64_t want = budget + 1 * MIB;
     want -= want % SW_ALLOC_GRANULARITY;
     sw_buffer *big = NULL;
     int err = sw_buffer_alloc(d->dev, (size_t)want, "demo/too-big", &big);

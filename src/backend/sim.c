@@ -41,6 +41,15 @@
 #define SIM__MIN_MEMORY (UINT64_C(1) << 20)
 #define SIM__MAX_MEMORY (UINT64_C(1) << 40)
 #define SIM__POISON 0xDB
+/* Frees of blocks below SIM__LAZY_FREE_MAX are cheap: on an idle queue
+ * they run at once on the caller, and queued behind other work they do not
+ * wake a sleeping worker (a futex wake and a context switch cost ten times
+ * the free itself); the next other command, a waiter or the
+ * SIM__LAZY_FREES-th pending free does.  Bigger ones always go through the
+ * worker (poisoning them is real work) and wake it at once, so that their
+ * memory comes back soon. */
+#define SIM__LAZY_FREES 64
+#define SIM__LAZY_FREE_MAX ((size_t)1 << 20)
 
 /* ------------------------------------------------------------------------
  * Types
@@ -131,6 +140,7 @@ struct sw__bqueue {
     sim__cmd *head, *tail;
     uint64_t submitted, completed;
     int waiters;
+    int lazy; /* frees queued since the worker was last signalled */
     int stop;
     int worker_running; /* 0 only in a forked child, until the next enqueue */
     pthread_t worker;
@@ -356,17 +366,21 @@ static int sim__arena_alloc(sim__arena *ar, int index, size_t size,
     return SW_OK;
 }
 
-/* Runs on the worker when a stream-ordered free is reached.  The block
- * leaves the live tree first, so that from here on any command touching it
- * is caught, then is poisoned outside the lock, then returns to the free
- * tree merged with its free neighbours. */
-static void sim__arena_retire(sim__arena *ar, sim__block *b)
+/* The link (root or child pointer) that holds the live block starting at
+ * mem, or NULL: lookup and removal in one descent.  Under ar->mu. */
+static sim__block **sim__live_link(sim__arena *ar, uintptr_t mem)
 {
-    pthread_mutex_lock(&ar->mu);
-    sim__treap_remove(&ar->live_root, b, 0);
-    b->state = SIM__DYING;
-    pthread_mutex_unlock(&ar->mu);
+    sim__block **pp = &ar->live_root;
+    while (*pp && (*pp)->addr != mem)
+        pp = mem < (*pp)->addr ? &(*pp)->left : &(*pp)->right;
+    return *pp ? pp : NULL;
+}
 
+/* Second half of a free: b has left the live tree (so from then on any
+ * command touching it is caught) and is DYING.  Poison it outside the lock,
+ * then return it to the free tree merged with its free neighbours. */
+static void sim__arena_release(sim__arena *ar, sim__block *b)
+{
     /* No one else touches a DYING block: the allocator skips it and the
      * neighbours cannot merge with it. */
     memset((void *)b->addr, SIM__POISON, b->size);
@@ -398,6 +412,16 @@ static void sim__arena_retire(sim__arena *ar, sim__block *b)
     pthread_mutex_unlock(&ar->mu);
     free(gone[0]);
     free(gone[1]);
+}
+
+/* A queued free, reached by the worker. */
+static void sim__arena_retire(sim__arena *ar, sim__block *b)
+{
+    pthread_mutex_lock(&ar->mu);
+    sim__treap_remove(&ar->live_root, b, 0);
+    b->state = SIM__DYING;
+    pthread_mutex_unlock(&ar->mu);
+    sim__arena_release(ar, b);
 }
 
 /* ------------------------------------------------------------------------
@@ -828,6 +852,7 @@ static void *sim__worker(void *arg)
         if (!batch)
             break; /* stopped, and everything ran */
         q->head = q->tail = NULL;
+        q->lazy = 0;
         pthread_mutex_unlock(&q->mu);
         uint64_t ran = 0;
         while (batch) {
@@ -859,7 +884,7 @@ static int sim__spawn_worker(sw__bqueue *q)
     return 0;
 }
 
-static int sim__enqueue(sw__bqueue *q, sim__cmd *c)
+static int sim__enqueue(sw__bqueue *q, sim__cmd *c, int lazy)
 {
     c->next = NULL;
     pthread_mutex_lock(&q->mu);
@@ -880,7 +905,10 @@ static int sim__enqueue(sw__bqueue *q, sim__cmd *c)
         q->head = c;
     q->tail = c;
     q->submitted++;
-    pthread_cond_signal(&q->work_cv);
+    if (!lazy || ++q->lazy >= SIM__LAZY_FREES) {
+        q->lazy = 0;
+        pthread_cond_signal(&q->work_cv);
+    }
     pthread_mutex_unlock(&q->mu);
     return SW_OK;
 }
@@ -958,7 +986,8 @@ static void sim__queue_free(sw__bqueue *q)
  * one would stay held there.  So fork first drains every queue and takes
  * every sim lock; the child marks its queues workerless (the next enqueue
  * starts a worker) and both sides release the locks.  A child that execs
- * at once pays only the drain.
+ * at once pays only the drain.  Events recorded before the fork are all
+ * complete by then, so their condvars are never signalled again.
  * ---------------------------------------------------------------------- */
 
 static void sim__fork_prepare(void)
@@ -967,6 +996,8 @@ static void sim__fork_prepare(void)
     for (sw__bdev *d = sim__devices; d; d = d->next) {
         for (sw__bqueue *q = d->queues; q; q = q->next) {
             pthread_mutex_lock(&q->mu);
+            if (q->head)
+                pthread_cond_signal(&q->work_cv); /* lazy frees */
             while (q->completed < q->submitted) {
                 q->waiters++;
                 pthread_cond_wait(&q->done_cv, &q->mu);
@@ -985,6 +1016,10 @@ static void sim__fork_release(int child)
     for (sw__bdev *d = sim__devices; d; d = d->next) {
         for (sw__bqueue *q = d->queues; q; q = q->next) {
             if (child) {
+                /* The copied condvars still count the parent's sleepers,
+                 * whom a signal would wait for forever: start afresh. */
+                pthread_cond_init(&q->work_cv, NULL);
+                pthread_cond_init(&q->done_cv, NULL);
                 q->worker_running = 0;
                 q->waiters = 0;
             }
@@ -1166,23 +1201,36 @@ static int sim_alloc(sw__bdev *dev, size_t size, uintptr_t *mem)
     return sim__arena_alloc(&dev->arena, dev->index, size, mem);
 }
 
-/* The block is checked and marked now, so a double free or a wrong size is
- * an error at the call rather than a corrupt arena later. */
+/* The block is checked now, so a double free or a wrong size is an error
+ * at the call rather than a corrupt arena later.  When q has nothing
+ * pending, stream order already holds and a small block is released at
+ * once on this thread: the common alloc/free churn then never involves the
+ * worker (handing a block to it costs more than releasing it). */
 static int sim_free(sw__bdev *dev, sw__bqueue *q, uintptr_t mem, size_t size)
 {
     if (!q)
         q = dev->default_q;
-    sim__cmd *c = sim__cmd_new(q, SIM__CMD_FREE);
-    if (!c)
+    int now = 0;
+    if (size < SIM__LAZY_FREE_MAX) {
+        /* Only the caller enqueues (under the core's lock), so an idle
+         * queue stays idle until we return. */
+        pthread_mutex_lock(&q->mu);
+        now = !q->head && q->completed == q->submitted;
+        pthread_mutex_unlock(&q->mu);
+    }
+    sim__cmd *c = NULL;
+    if (!now && !(c = sim__cmd_new(q, SIM__CMD_FREE)))
         return SW_ERR_HOST_OOM;
+
     sim__arena *ar = &dev->arena;
     pthread_mutex_lock(&ar->mu);
-    sim__block *b = sim__live_floor(ar->live_root, mem);
-    if (!b || b->addr != mem || b->size != size || b->state != SIM__LIVE) {
-        const char *why = !b || b->addr != mem ? "is not a live allocation"
+    sim__block **link = sim__live_link(ar, mem);
+    sim__block *b = link ? *link : NULL;
+    if (!b || b->size != size || b->state != SIM__LIVE) {
+        const char *why = !b                     ? "is not a live allocation"
                           : b->state != SIM__LIVE ? "is already being freed"
                                                   : "has another size";
-        size_t real = b && b->addr == mem ? b->size : 0;
+        size_t real = b ? b->size : 0;
         pthread_mutex_unlock(&ar->mu);
         free(c);
         return sw__errorf(SW_ERR_INVALID_ARG,
@@ -1190,10 +1238,18 @@ static int sim_free(sw__bdev *dev, sw__bqueue *q, uintptr_t mem, size_t size)
                           " (allocated size %zu)",
                           dev->index, mem, size, why, real);
     }
+    if (now) {
+        *link = sim__merge(b->left, b->right);
+        b->left = b->right = NULL;
+        b->state = SIM__DYING;
+        pthread_mutex_unlock(&ar->mu);
+        sim__arena_release(ar, b);
+        return SW_OK;
+    }
     b->state = SIM__DOOMED;
     pthread_mutex_unlock(&ar->mu);
     c->u.free = b;
-    int rc = sim__enqueue(q, c);
+    int rc = sim__enqueue(q, c, size < SIM__LAZY_FREE_MAX);
     if (rc != SW_OK) {
         pthread_mutex_lock(&ar->mu);
         b->state = SIM__LIVE;
@@ -1245,7 +1301,7 @@ static int sim_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
     c->u.write.dst = dst + dst_off;
     c->u.write.src = src;
     c->u.write.n = n;
-    return sim__enqueue(q, c);
+    return sim__enqueue(q, c, 0);
 }
 
 static int sim_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
@@ -1260,7 +1316,7 @@ static int sim_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
     c->u.read.dst = dst;
     c->u.read.src = src + src_off;
     c->u.read.n = n;
-    return sim__enqueue(q, c);
+    return sim__enqueue(q, c, 0);
 }
 
 static int sim_copy(sw__bqueue *q, uintptr_t dst, size_t dst_off,
@@ -1275,7 +1331,7 @@ static int sim_copy(sw__bqueue *q, uintptr_t dst, size_t dst_off,
     c->u.copy.dst = dst + dst_off;
     c->u.copy.src = src + src_off;
     c->u.copy.n = n;
-    return sim__enqueue(q, c);
+    return sim__enqueue(q, c, 0);
 }
 
 static int sim_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
@@ -1296,7 +1352,7 @@ static int sim_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
     c->u.fill.n = n;
     c->u.fill.psize = pattern_size;
     memcpy(c->u.fill.pattern, pattern, pattern_size);
-    return sim__enqueue(q, c);
+    return sim__enqueue(q, c, 0);
 }
 
 static int sim_launch(sw__bqueue *q, const sw_kernel_args *args)
@@ -1344,7 +1400,7 @@ static int sim_launch(sw__bqueue *q, const sw_kernel_args *args)
     if (!c)
         return SW_ERR_HOST_OOM;
     c->u.kernel = *args;
-    return sim__enqueue(q, c);
+    return sim__enqueue(q, c, 0);
 }
 
 /* ------------------------------------------------------------------------
@@ -1381,7 +1437,7 @@ static int sim_event_record(sw__bqueue *q, sw__bevent **out)
         *out = ev;
         return SW_OK;
     }
-    int rc = sim__enqueue(q, c);
+    int rc = sim__enqueue(q, c, 0);
     if (rc != SW_OK) {
         pthread_cond_destroy(&ev->cv);
         pthread_mutex_destroy(&ev->mu);
@@ -1419,6 +1475,8 @@ static int sim_synchronize(sw__bqueue *q)
 {
     pthread_mutex_lock(&q->mu);
     uint64_t target = q->submitted;
+    if (q->head)
+        pthread_cond_signal(&q->work_cv); /* lazy frees */
     while (q->completed < target) {
         q->waiters++;
         pthread_cond_wait(&q->done_cv, &q->mu);

@@ -191,7 +191,7 @@ static bool cache_take_locked(sw_device *dev, size_t size, uintptr_t *mem)
 
 /* Keeps a freed block; without host memory for the record the block goes
  * straight back to the device instead. */
-static void cache_put_locked(sw_device *dev, uintptr_t mem, size_t size)
+void sw__cache_put_locked(sw_device *dev, uintptr_t mem, size_t size)
 {
     sw__cache *c = &dev->cache;
     sw__cblock *b = malloc(sizeof *b);
@@ -232,6 +232,7 @@ void sw__cache_drain_locked(sw_device *dev)
     sw__assert_locked(dev);
     while (dev->cache.oldest != NULL)
         cache_release_oldest_locked(dev);
+    sw__host_pool_drain_locked(dev);
 }
 
 SW_API int sw_empty_cache(sw_device *dev)
@@ -319,50 +320,92 @@ static bool fit_budget_locked(sw_device *dev, size_t size)
     return dev->in_use + dev->cached + size <= dev->budget;
 }
 
-/* Device memory of size bytes (rounded, > 0) for a new buffer.  Steps, each
- * followed by a retry: the cache; the budget (trimming the cache); the
- * backend; on its failure wait for the device so that deferred frees
- * complete; then empty the cache (and wait for those frees).  On failure
- * the message is the full report, naming the request as the caller made
- * it. */
-static int obtain_locked(sw_device *dev, size_t request, size_t size,
-                         const char *tag, uintptr_t *mem)
+/* The ladder.  Each step that could have freed something is followed by a
+ * retry from the top: the cache; under a budget, trimming the cache and
+ * then spilling least-recently-used buffers (or, when nothing can move,
+ * the pressure callbacks once); the backend; on its failure the pressure
+ * callbacks, a wait for the device (frees are stream-ordered), emptying
+ * the cache, and then spilling, until it succeeds or nothing is left.  On
+ * failure the message is the full report, naming the request as the
+ * caller made it. */
+int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
+                      const char *tag, uintptr_t *mem)
 {
+    sw__assert_locked(dev);
     char why[512];
-    for (int step = 0;; step++) {
-        if (cache_take_locked(dev, size, mem))
+    char b1[32], b2[32];
+    bool called_back = false, drained = false;
+    int step = 0;
+    if (dev->budget != 0 && size > dev->budget) {
+        snprintf(why, sizeof why, "it is larger than the whole budget of %s",
+                 sw__fmt_bytes(dev->budget, b1, sizeof b1));
+        return oom_report_locked(dev, request, size, tag, why);
+    }
+    for (;;) {
+        /* A cached block keeps in_use + cached as it is: take it, unless
+         * a lowered budget is already passed. */
+        if ((dev->budget == 0 || dev->in_use + dev->cached <= dev->budget) &&
+            cache_take_locked(dev, size, mem))
             return SW_OK;
         if (!fit_budget_locked(dev, size)) {
-            char b1[32], b2[32];
+            uint64_t over = dev->in_use + dev->cached + size - dev->budget;
+            uint64_t got = 0;
+            /* Spill only when it can succeed: nothing moves for nothing. */
+            if (over <= dev->heap_bytes) {
+                int rc = sw__spill_locked(dev, over, &got);
+                if (rc != SW_OK)
+                    return rc;
+            }
+            if (got > 0)
+                continue;
+            if (!called_back) {
+                called_back = true;
+                if (sw__run_callbacks_locked(dev, size)) {
+                    dev->alloc_retries++;
+                    continue;
+                }
+            }
             snprintf(why, sizeof why, "the budget of %s would be exceeded "
-                     "(in use + cached + request = %s)",
-                     sw__fmt_bytes(dev->budget, b1, sizeof b1),
+                     "(in use + cached + request = %s) and only %s can be "
+                     "spilled", sw__fmt_bytes(dev->budget, b1, sizeof b1),
                      sw__fmt_bytes(dev->in_use + dev->cached + size, b2,
-                                   sizeof b2));
+                                   sizeof b2),
+                     sw__fmt_bytes(dev->heap_bytes, b1, sizeof b1));
             return oom_report_locked(dev, request, size, tag, why);
         }
         int rc = sw__b_alloc(dev, size, mem);
         if (rc == SW_OK)
             return SW_OK;
-        snprintf(why, sizeof why, "%s", sw_last_error());
         if (rc != SW_ERR_OOM)
             return rc; /* a driver error, not a shortage: no retries */
-        switch (step) {
-        case 0:
-            /* Frees are stream-ordered: let the device finish them. */
-            rc = sw__wait_idle_locked(dev);
-            break;
-        case 1:
-            if (dev->cache.oldest == NULL)
-                return oom_report_locked(dev, request, size, tag, why);
+        snprintf(why, sizeof why, "%s", sw_last_error());
+        if (step == 0) {
+            step++;
+            called_back = true;
+            if (sw__run_callbacks_locked(dev, size)) {
+                dev->alloc_retries++;
+                continue;
+            }
+        }
+        if (step == 1 || !drained) {
+            /* Frees are stream-ordered: let the device finish them, with
+             * what the cache (and the last spill) put there released. */
+            step = 2;
+            drained = true;
             sw__cache_drain_locked(dev);
             rc = sw__wait_idle_locked(dev);
-            break;
-        default:
-            return oom_report_locked(dev, request, size, tag, why);
+            if (rc != SW_OK)
+                return rc;
+            dev->alloc_retries++;
+            continue;
         }
+        uint64_t got = 0;
+        rc = sw__spill_locked(dev, size, &got);
         if (rc != SW_OK)
             return rc;
+        if (got == 0)
+            return oom_report_locked(dev, request, size, tag, why);
+        drained = false;
         dev->alloc_retries++;
     }
 }
@@ -390,6 +433,27 @@ static void live_unlink_locked(sw_device *dev, sw_buffer *b)
     if (b->live_next)
         b->live_next->live_prev = b->live_prev;
     dev->live_count--;
+}
+
+static void init_base(sw_buffer *b, size_t size, const char *tag)
+{
+    b->base = b;
+    b->offset = 0;
+    b->size = size;
+    b->user_refs = 1;
+    b->children = 0;
+    b->pins = 0;
+    b->exposed = 0;
+    b->external = false;
+    b->moving = false;
+    b->state = SW_RESIDENT;
+    b->mem = 0;
+    b->host = NULL;
+    b->alloc_size = 0;
+    b->heap_idx = SW__NOT_IN_HEAP;
+    b->heap_key = 0;
+    b->tmp_next = NULL;
+    snprintf(b->tag, sizeof b->tag, "%s", tag ? tag : "");
 }
 
 SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
@@ -425,7 +489,7 @@ SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
     }
     uintptr_t mem = 0;
     if (rounded > 0) {
-        rc = obtain_locked(dev, size, rounded, tag, &mem);
+        rc = sw__obtain_locked(dev, size, rounded, tag, &mem);
         if (rc != SW_OK) {
             dev->ooms++;
             sw__unlock(dev);
@@ -434,18 +498,13 @@ SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
         }
     }
     atomic_store_explicit(&b->dev, dev, memory_order_relaxed);
-    b->base = b;
-    b->offset = 0;
-    b->size = size;
-    b->user_refs = 1;
-    b->children = 0;
-    b->pins = 0;
-    b->state = SW_RESIDENT;
+    init_base(b, size, tag);
     b->mem = mem;
     b->alloc_size = rounded;
     b->last_use = ++dev->clock;
-    snprintf(b->tag, sizeof b->tag, "%s", tag ? tag : "");
     live_link_locked(dev, b);
+    if (mem != 0)
+        sw__lru_insert_locked(dev, b);
     dev->allocs++;
     sw__note_in_use_locked(dev, rounded);
     atomic_store_explicit(&b->magic, SW__BUF_LIVE, memory_order_release);
@@ -454,20 +513,31 @@ SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
     return SW_OK;
 }
 
-/* Releases a base once nothing refers to it: no user reference, no view,
- * no pin.  Its memory goes to the cache in stream order (the cache only
- * hands it out for work queued later on the same in-order queue). */
-static void maybe_release_locked(sw_device *dev, sw_buffer *base)
+/* Releases a base once nothing refers to it: no user reference, view,
+ * pin, lease, or move in progress.  Its memory goes to the cache in stream
+ * order (the cache only hands it out for work queued later on the same
+ * in-order queue); a spilled one just drops its host copy. */
+void sw__maybe_release_locked(sw_device *dev, sw_buffer *base)
 {
+    sw__assert_locked(dev);
     if (atomic_load_explicit(&base->magic, memory_order_relaxed) ==
             SW__BUF_LIVE ||
-        base->children > 0 || base->pins > 0)
+        base->children > 0 || base->pins > 0 || base->exposed > 0 ||
+        base->moving)
         return;
     live_unlink_locked(dev, base);
-    dev->in_use -= base->alloc_size;
-    dev->frees++;
-    if (base->mem != 0)
-        cache_put_locked(dev, base->mem, base->alloc_size);
+    sw__lru_remove_locked(dev, base);
+    if (base->state == SW_SPILLED) {
+        sw__host_put_locked(dev, base->host, base->size);
+        base->host = NULL;
+        dev->spilled -= base->alloc_size;
+    } else {
+        dev->in_use -= base->alloc_size;
+        if (base->mem != 0 && !base->external)
+            sw__cache_put_locked(dev, base->mem, base->alloc_size);
+    }
+    if (!base->external)
+        dev->frees++;
     slot_put(base);
 }
 
@@ -476,7 +546,7 @@ void sw__unpin_locked(sw_device *dev, sw_buffer *base)
     sw__assert_locked(dev);
     assert(base->pins > 0);
     base->pins--;
-    maybe_release_locked(dev, base);
+    sw__maybe_release_locked(dev, base);
 }
 
 SW_API int sw_buffer_view(sw_buffer *buf, size_t offset, size_t size,
@@ -508,8 +578,13 @@ SW_API int sw_buffer_view(sw_buffer *buf, size_t offset, size_t size,
     v->user_refs = 1;
     v->children = 0;
     v->pins = 0;
+    v->exposed = 0;
+    v->external = false;
+    v->moving = false;
     v->mem = 0;
+    v->host = NULL;
     v->alloc_size = 0;
+    v->heap_idx = SW__NOT_IN_HEAP;
     v->tag[0] = '\0';
     base->children++;
     atomic_store_explicit(&v->magic, SW__BUF_LIVE, memory_order_release);
@@ -550,7 +625,7 @@ SW_API int sw_buffer_free(sw_buffer *buf)
             atomic_store_explicit(&buf->magic, SW__BUF_ZOMBIE,
                                   memory_order_release);
         }
-        maybe_release_locked(dev, base);
+        sw__maybe_release_locked(dev, base);
     }
     sw__unlock(dev);
     return SW_OK;
@@ -627,11 +702,16 @@ SW_API int sw_buffer_device_ptr(sw_buffer *buf, sw_devmem *out)
     if (rc != SW_OK)
         return rc;
     sw_buffer *base = buf->base;
-    base->last_use = ++dev->clock;
-    out->base = base->mem;
-    out->offset = base->mem ? buf->offset : 0;
+    base->pins++; /* alive across a restore that releases the lock */
+    rc = sw__make_resident_locked(dev, base);
+    if (rc == SW_OK) {
+        base->last_use = ++dev->clock;
+        out->base = base->mem;
+        out->offset = base->mem ? buf->offset : 0;
+    }
+    sw__unpin_locked(dev, base);
     sw__unlock(dev);
-    return SW_OK;
+    return rc;
 }
 
 /* ------------------------------------------------------------------------
@@ -672,9 +752,12 @@ SW_API int sw_buffer_read(sw_buffer *buf, size_t offset, void *dst, size_t n)
         rc = range_error("a read", offset, n, buf->size);
     } else if (n > 0) {
         sw_buffer *base = buf->base;
+        sw__wait_stable_locked(dev, base);
         base->last_use = ++dev->clock;
-        rc = sw__b_read(dev, dst, base->mem, buf->offset + offset, n);
-        if (rc == SW_OK)
+        if (base->state == SW_SPILLED)
+            memcpy(dst, (char *)base->host + buf->offset + offset, n);
+        else if ((rc = sw__b_read(dev, dst, base->mem, buf->offset + offset,
+                                  n)) == SW_OK)
             rc = finish_transfer_locked(dev, base);
     }
     sw__unlock(dev);
@@ -694,9 +777,12 @@ SW_API int sw_buffer_write(sw_buffer *buf, size_t offset, const void *src,
         rc = range_error("a write", offset, n, buf->size);
     } else if (n > 0) {
         sw_buffer *base = buf->base;
+        sw__wait_stable_locked(dev, base);
         base->last_use = ++dev->clock;
-        rc = sw__b_write(dev, base->mem, buf->offset + offset, src, n);
-        if (rc == SW_OK)
+        if (base->state == SW_SPILLED)
+            memcpy((char *)base->host + buf->offset + offset, src, n);
+        else if ((rc = sw__b_write(dev, base->mem, buf->offset + offset, src,
+                                   n)) == SW_OK)
             rc = finish_transfer_locked(dev, base);
     }
     sw__unlock(dev);
@@ -731,9 +817,14 @@ SW_API int sw_buffer_copy(sw_buffer *dst, size_t dst_offset, sw_buffer *src,
                         "allocation)", n, soff, doff);
         goto out;
     }
-    sb->last_use = ++dev->clock;
-    db->last_use = ++dev->clock;
+    sw_buffer *args[2] = {src, dst};
+    sw_devmem p[2];
+    rc = sw__pin_all_locked(dev, args, 2, p);
+    if (rc != SW_OK)
+        goto out;
     rc = sw__b_copy(dev, db->mem, doff, sb->mem, soff, n);
+    sw__unpin_locked(dev, sb);
+    sw__unpin_locked(dev, db);
 out:
     sw__unlock(dev);
     return rc;
@@ -760,10 +851,121 @@ SW_API int sw_buffer_fill(sw_buffer *buf, size_t offset, size_t n,
         rc = range_error("a fill", offset, n, buf->size);
     } else if (n > 0) {
         sw_buffer *base = buf->base;
-        base->last_use = ++dev->clock;
-        rc = sw__b_fill(dev, base->mem, buf->offset + offset, n, pattern,
-                        pattern_size);
+        sw_devmem p;
+        rc = sw__pin_all_locked(dev, &buf, 1, &p);
+        if (rc == SW_OK) {
+            rc = sw__b_fill(dev, base->mem, buf->offset + offset, n, pattern,
+                            pattern_size);
+            sw__unpin_locked(dev, base);
+        }
     }
     sw__unlock(dev);
     return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * External memory and exposure leases
+ * ---------------------------------------------------------------------- */
+
+SW_API int sw_buffer_wrap(sw_device *dev, sw_devmem mem, size_t size,
+                          const char *tag, sw_buffer **out)
+{
+    if (out == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    if (mem.base == 0 && size > 0)
+        return sw__errorf(SW_ERR_INVALID_ARG, "cannot wrap %zu bytes at a "
+                          "null device address", size);
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    sw_buffer *b = slot_get();
+    if (b == NULL) {
+        sw__unlock(dev);
+        return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a buffer "
+                          "handle");
+    }
+    atomic_store_explicit(&b->dev, dev, memory_order_relaxed);
+    init_base(b, size, tag);
+    b->external = true;
+    b->mem = size > 0 ? mem.base : 0;
+    b->offset = size > 0 ? mem.offset : 0;
+    b->last_use = ++dev->clock;
+    live_link_locked(dev, b);
+    atomic_store_explicit(&b->magic, SW__BUF_LIVE, memory_order_release);
+    sw__unlock(dev);
+    *out = b;
+    return SW_OK;
+}
+
+/* A lease is a buffer slot with its own magic: type-stable like every
+ * handle, so a second release is detected. */
+SW_API int sw_buffer_expose(sw_buffer *buf, sw_devmem *ptr, sw_lease **out)
+{
+    if (ptr == NULL || out == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "ptr or out is NULL");
+    ptr->base = 0;
+    ptr->offset = 0;
+    *out = NULL;
+    sw_device *dev;
+    int rc = sw__buffer_enter(buf, &dev);
+    if (rc != SW_OK)
+        return rc;
+    sw_buffer *l = slot_get();
+    if (l == NULL) {
+        sw__unlock(dev);
+        return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a lease");
+    }
+    sw_buffer *base = buf->base;
+    base->pins++;
+    rc = sw__make_resident_locked(dev, base);
+    if (rc != SW_OK) {
+        sw__unpin_locked(dev, base);
+        sw__unlock(dev);
+        slot_put(l);
+        return rc;
+    }
+    if (base->exposed++ == 0)
+        sw__lru_remove_locked(dev, base);
+    base->last_use = ++dev->clock;
+    sw__unpin_locked(dev, base);
+    atomic_store_explicit(&l->dev, dev, memory_order_relaxed);
+    l->base = base;
+    l->heap_idx = SW__NOT_IN_HEAP;
+    atomic_store_explicit(&l->magic, SW__LEASE_LIVE, memory_order_release);
+    ptr->base = base->mem;
+    ptr->offset = base->mem ? buf->offset : 0;
+    sw__unlock(dev);
+    *out = (sw_lease *)l;
+    return SW_OK;
+}
+
+SW_API int sw_lease_release(sw_lease *lease)
+{
+    if (lease == NULL)
+        return SW_OK;
+    sw_buffer *l = (sw_buffer *)lease;
+    sw_device *dev = NULL;
+    if (atomic_load_explicit(&l->magic, memory_order_acquire) ==
+        SW__LEASE_LIVE)
+        dev = atomic_load_explicit(&l->dev, memory_order_acquire);
+    if (dev == NULL || dev->magic != SW__DEVICE_MAGIC)
+        return sw__errorf(SW_ERR_INVALID_HANDLE, "lease %p was released or "
+                          "is not a spillway lease", (void *)lease);
+    sw__lock(dev);
+    if (atomic_load_explicit(&l->magic, memory_order_relaxed) !=
+            SW__LEASE_LIVE ||
+        atomic_load_explicit(&l->dev, memory_order_relaxed) != dev) {
+        sw__unlock(dev);
+        return sw__errorf(SW_ERR_INVALID_HANDLE, "lease %p was released",
+                          (void *)lease);
+    }
+    sw_buffer *base = l->base;
+    slot_put(l);
+    if (--base->exposed == 0 && base->state == SW_RESIDENT &&
+        !base->external && base->mem != 0)
+        sw__lru_insert_locked(dev, base);
+    sw__maybe_release_locked(dev, base);
+    sw__unlock(dev);
+    return SW_OK;
 }

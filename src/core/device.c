@@ -170,6 +170,9 @@ static void reset_state(sw_device *dev)
     dev->spill_seconds = dev->restore_seconds = 0;
     dev->alloc_retries = dev->ooms = dev->gc_runs = 0;
     dev->clock = 0;
+    dev->heap_len = 0;
+    dev->heap_bytes = 0;
+    memset(dev->callbacks, 0, sizeof dev->callbacks);
     dev->live = NULL;
     dev->live_count = 0;
     dev->scope_first = dev->scope_last = NULL;
@@ -202,6 +205,7 @@ static int open_locked(const char *spec, size_t bi, int index,
         if (dev == NULL)
             return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a device");
         pthread_mutex_init(&dev->lock, NULL);
+        pthread_cond_init(&dev->moved, NULL);
         dev->magic = SW__DEVICE_MAGIC;
         dev->ops = ops;
         dev->index = index;
@@ -292,6 +296,9 @@ SW_API int sw_device_close(sw_device *dev)
     sw__cache_drain_locked(dev);
     if (dev->scratch != 0)
         dev->ops->free(dev->b, dev->q, dev->scratch, SW_ALLOC_GRANULARITY);
+    free(dev->heap);
+    dev->heap = NULL;
+    dev->heap_cap = 0;
     sw__bdev *b = dev->b;
     dev->b = NULL;
     dev->q = NULL;

@@ -34,22 +34,32 @@
 #define SW__BUF_ZOMBIE 0x5357425au   /* user let go; kept for views/pins */
 #define SW__BUF_FREE 0x53574200u     /* slot on the free list */
 #define SW__SCOPE_MAGIC 0x53575053u
+#define SW__LEASE_LIVE 0x5357454cu    /* a live exposure lease */
+#define SW__NOT_IN_HEAP SIZE_MAX
 
 struct sw_buffer {
+    /* The launch path's fields come first, in one cache line. */
     _Atomic uint32_t magic;
+    uint32_t pins;  /* (base) launches and host transfers in progress */
     _Atomic(sw_device *) dev;
-    sw_buffer *base; /* itself for a base buffer */
-    size_t offset;   /* byte offset inside the base allocation */
-    size_t size;     /* bytes visible through this handle */
+    sw_buffer *base;   /* itself for a base buffer */
+    size_t offset;     /* byte offset inside the base allocation */
+    uintptr_t mem;     /* (base) backend allocation; 0 when spilled or empty */
+    uint64_t last_use; /* (base) LRU key: dev->clock at the last use */
+    uint8_t state;     /* (base) sw_buffer_state */
+    bool moving;       /* (base) a spill or restore is copying it */
+    bool external;     /* (base) wraps memory we do not own: never moves */
     uint32_t user_refs;
+    size_t size;       /* bytes visible through this handle */
 
     /* Base-only fields (a view uses its base's). */
     uint32_t children; /* live views */
-    uint32_t pins;     /* launches and host transfers in progress */
-    sw_buffer_state state;
-    uintptr_t mem;     /* backend allocation; 0 for a 0-byte buffer */
+    uint32_t exposed;  /* live leases: unspillable while > 0 */
+    void *host;        /* the host copy while SPILLED */
     size_t alloc_size; /* size rounded to SW_ALLOC_GRANULARITY */
-    uint64_t last_use; /* LRU key: dev->clock at the last use */
+    uint64_t heap_key; /* last_use when last placed in the LRU heap */
+    size_t heap_idx;   /* SW__NOT_IN_HEAP when not spillable now */
+    sw_buffer *tmp_next; /* victim lists while spilling */
     sw_buffer *live_prev, *live_next; /* dev->live list of bases */
     char tag[SW_TAG_MAX + 1];
 
@@ -96,6 +106,19 @@ typedef struct sw__fault {
  * allocate nor disturb in_use and peak. */
 #define SW__SCRATCH_SLOTS 64u
 
+#define SW__HPOOL_MAX 16
+#define SW__HPOOL_BYTES (UINT64_C(1) << 30)
+
+typedef struct sw__callback {
+    sw_pressure_fn fn; /* NULL: free slot */
+    void *user;
+} sw__callback;
+
+struct sw_pressure {
+    sw_device *dev;
+    bool locked;
+};
+
 struct sw_device {
     uint32_t magic;
     pthread_mutex_t lock;
@@ -120,6 +143,19 @@ struct sw_device {
     uint64_t alloc_retries, ooms, gc_runs;
 
     uint64_t clock; /* advanced on every use; buffers' LRU key */
+    /* Spillable buffers: resident, owned, unexposed, nonempty. */
+    sw_buffer **heap;
+    size_t heap_len, heap_cap;
+    uint64_t heap_bytes; /* their alloc sizes: what could be spilled */
+    pthread_cond_t moved; /* a spill or restore finished */
+    /* Host copies kept after restores for the next spill of the same
+     * size: fresh host memory costs a page fault per page on first touch,
+     * which would halve spill bandwidth (a real runtime keeps pinned host
+     * buffers the same way).  Bounded; emptied with the cache. */
+    struct { void *p; size_t size; } hpool[SW__HPOOL_MAX];
+    size_t hpool_n;
+    uint64_t hpool_bytes;
+    sw__callback callbacks[SW_MAX_PRESSURE_CALLBACKS];
     sw_buffer *live; /* live base buffers */
     size_t live_count;
     sw_peak_scope *scope_first, *scope_last;
@@ -156,6 +192,45 @@ void sw__cache_drain_locked(sw_device *dev);
 void sw__cache_init(sw__cache *c);
 /* Pins keep a base alive and in place; unpinning may release it. */
 void sw__unpin_locked(sw_device *dev, sw_buffer *base);
+/* Release a base nothing refers to any more (no handle, view, pin, lease
+ * or move in progress); otherwise do nothing. */
+void sw__maybe_release_locked(sw_device *dev, sw_buffer *base);
+void sw__cache_put_locked(sw_device *dev, uintptr_t mem, size_t size);
+/* The allocation ladder: device memory of size bytes (rounded, > 0);
+ * request is the caller's size, for messages.  May release the lock. */
+int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
+                      const char *tag, uintptr_t *mem);
+/* Make n buffers resident and pin them (launch.c); fills ptrs if not
+ * NULL.  On failure nothing stays pinned. */
+int sw__pin_all_locked(sw_device *dev, sw_buffer *const *bufs, size_t n,
+                       sw_devmem *ptrs);
+/* Run the pressure callbacks; true if one may have freed memory. */
+bool sw__run_callbacks_locked(sw_device *dev, size_t bytes);
+
+/* ------------------------------------------------------------------------
+ * Spilling (spill.c)
+ * ---------------------------------------------------------------------- */
+
+/* Make base spillable (or not).  Insertion never fails: without host
+ * memory to grow the heap, the buffer just stays unspillable. */
+void sw__lru_insert_locked(sw_device *dev, sw_buffer *b);
+void sw__lru_remove_locked(sw_device *dev, sw_buffer *b);
+/* Spill least-recently-used unpinned buffers until at least need bytes of
+ * device memory went to the cache; *spilled says how much did.  SW_OK with
+ * *spilled == 0 means nothing was left to spill.  A failed copy out leaves
+ * its buffers resident and intact. */
+int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled);
+/* Bring a spilled base back (may spill others, never base itself; may
+ * release the lock).  On failure the host copy is kept. */
+int sw__make_resident_locked(sw_device *dev, sw_buffer *base);
+/* Wait (lock released) until no spill or restore is moving base. */
+void sw__wait_stable_locked(sw_device *dev, sw_buffer *base);
+/* Host memory for spilled copies, from the pool when it has that size. */
+void *sw__host_get_locked(sw_device *dev, size_t size);
+void sw__host_put_locked(sw_device *dev, void *p, size_t size);
+void sw__host_pool_drain_locked(sw_device *dev);
+/* pthread_cond_wait on dev->moved, keeping the owner fields right. */
+void sw__cond_wait_locked(sw_device *dev);
 /* Wait for everything queued on the default queue, with the lock released
  * during the wait (re-taken before returning). */
 int sw__wait_idle_locked(sw_device *dev);

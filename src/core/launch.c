@@ -10,25 +10,96 @@
  * Pinning
  * ---------------------------------------------------------------------- */
 
-/* The warm path: one state check and a counter update per argument. */
-static int pin_all_locked(sw_device *dev, sw_buffer *const *bufs, size_t n,
-                          sw_devmem *ptrs)
+/* Whether the distinct owned bases of a launch fit the device (or the
+ * budget) together; if not, the message says so before anything moves. */
+static int check_fit_locked(sw_device *dev, sw_buffer *const *bufs, size_t n)
 {
+    uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        int rc = sw__buffer_check_locked(dev, bufs[i], "launch argument");
-        if (rc != SW_OK) {
-            sw__error_append(" (argument %zu)", i);
-            while (i-- > 0)
-                sw__unpin_locked(dev, bufs[i]->base);
-            return rc;
+        sw_buffer *b = bufs[i]->base;
+        bool seen = b->external;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = bufs[j]->base == b;
+        if (!seen)
+            total += b->alloc_size;
+    }
+    uint64_t cap = dev->budget ? dev->budget : dev->props.total;
+    if (cap == 0 || total <= cap)
+        return SW_OK;
+    char b1[32], b2[32];
+    int rc = sw__errorf(SW_ERR_OOM, "%s: the %zu arguments of one launch "
+                        "need %s on the device together, more than its %s "
+                        "of %s; nothing was moved. Sizes:", dev->name, n,
+                        sw__fmt_bytes(total, b1, sizeof b1),
+                        dev->budget ? "budget" : "capacity",
+                        sw__fmt_bytes(cap, b2, sizeof b2));
+    for (size_t i = 0; i < n && i < 16; i++)
+        sw__error_append(" %s", sw__fmt_bytes(bufs[i]->base->alloc_size, b1,
+                                              sizeof b1));
+    return rc;
+}
+
+/* Make every argument resident and pin it.  The warm path (all resident)
+ * costs a handle check, one state check and a counter update per
+ * argument; restoring a spilled one pins the others first, so that making
+ * room for it can never spill them. */
+/* The common case of sw__buffer_check_locked, inlined for the warm path;
+ * the full check runs only to report an error. */
+static inline bool arg_ok(sw_device *dev, sw_buffer *b)
+{
+    return b != NULL &&
+           atomic_load_explicit(&b->magic, memory_order_relaxed) ==
+               SW__BUF_LIVE &&
+           atomic_load_explicit(&b->dev, memory_order_relaxed) == dev;
+}
+
+static int arg_error(sw_device *dev, sw_buffer *b, size_t i)
+{
+    int rc = sw__buffer_check_locked(dev, b, "launch argument");
+    sw__error_append(" (argument %zu)", i);
+    return rc;
+}
+
+int sw__pin_all_locked(sw_device *dev, sw_buffer *const *bufs, size_t n,
+                       sw_devmem *ptrs)
+{
+    int rc = SW_OK;
+    bool checked_fit = false;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        if (!arg_ok(dev, bufs[i])) {
+            rc = arg_error(dev, bufs[i], i);
+            break;
         }
         sw_buffer *base = bufs[i]->base;
-        base->pins++;
-        base->last_use = ++dev->clock;
-        if (ptrs != NULL) {
-            ptrs[i].base = base->mem;
-            ptrs[i].offset = base->mem ? bufs[i]->offset : 0;
+        if (base->state != SW_RESIDENT || base->moving) {
+            if (!checked_fit) {
+                checked_fit = true;
+                if ((rc = check_fit_locked(dev, bufs, n)) != SW_OK)
+                    break;
+            }
+            base->pins++;
+            rc = sw__make_resident_locked(dev, base);
+            if (rc != SW_OK) {
+                sw__unpin_locked(dev, base);
+                break;
+            }
+        } else {
+            base->pins++;
         }
+        base->last_use = ++dev->clock;
+    }
+    if (rc != SW_OK) {
+        while (i-- > 0)
+            sw__unpin_locked(dev, bufs[i]->base);
+        return rc;
+    }
+    /* Pointers last: a restore of a later argument may not move an
+     * earlier (pinned) one, but reading them once is simplest. */
+    for (i = 0; ptrs != NULL && i < n; i++) {
+        sw_buffer *base = bufs[i]->base;
+        ptrs[i].base = base->mem;
+        ptrs[i].offset = base->mem ? bufs[i]->offset : 0;
     }
     return SW_OK;
 }
@@ -43,7 +114,7 @@ SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
     int rc = sw__device_enter(dev);
     if (rc != SW_OK)
         return rc;
-    rc = pin_all_locked(dev, bufs, n, ptrs);
+    rc = sw__pin_all_locked(dev, bufs, n, ptrs);
     sw__unlock(dev);
     if (rc != SW_OK && ptrs != NULL)
         memset(ptrs, 0, n * sizeof *ptrs);
@@ -59,7 +130,7 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
         return rc;
     /* Check everything first, so that a bad array unpins nothing. */
     for (size_t i = 0; i < n; i++) {
-        rc = sw__buffer_check_locked(dev, bufs[i], "launch argument");
+        rc = arg_ok(dev, bufs[i]) ? SW_OK : arg_error(dev, bufs[i], i);
         if (rc == SW_OK && bufs[i]->base->pins == 0)
             rc = sw__errorf(SW_ERR_INVALID_ARG, "launch argument %zu is "
                             "not pinned: sw_launch_end without a matching "
@@ -69,8 +140,12 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
             return rc;
         }
     }
-    for (size_t i = 0; i < n; i++)
-        sw__unpin_locked(dev, bufs[i]->base);
+    for (size_t i = 0; i < n; i++) {
+        sw_buffer *base = bufs[i]->base;
+        /* Release only matters when the last pin of a freed buffer goes. */
+        if (--base->pins == 0)
+            sw__maybe_release_locked(dev, base);
+    }
     sw__unlock(dev);
     return SW_OK;
 }
@@ -152,7 +227,7 @@ static int run_op(sw_kernel k, sw_buffer *out, sw_buffer *a, sw_buffer *b,
     if (rc != SW_OK || n == 0)
         goto out;
     sw_devmem p[3];
-    rc = pin_all_locked(dev, bufs, nbufs, p);
+    rc = sw__pin_all_locked(dev, bufs, nbufs, p);
     if (rc != SW_OK)
         goto out;
     sw_kernel_args args;
@@ -249,7 +324,7 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
         dst.offset = 0;
     }
     sw_devmem src;
-    rc = pin_all_locked(dev, &a, 1, &src);
+    rc = sw__pin_all_locked(dev, &a, 1, &src);
     if (rc != SW_OK)
         goto release;
     sw_kernel_args args;

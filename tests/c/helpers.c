@@ -130,6 +130,32 @@ sw_buffer *test_alloc(sw_device *dev, size_t size, const char *tag)
     return buf;
 }
 
+static sw_device *owner_of(sw_buffer *buf)
+{
+    sw_device *dev = NULL;
+    ASSERT_OK(sw_buffer_device(buf, &dev));
+    return dev;
+}
+
+void test_pin(sw_buffer *buf)
+{
+    sw_devmem mem;
+    sw_buffer *arr[1] = {buf};
+    ASSERT_OK(sw_launch_begin(owner_of(buf), arr, 1, &mem));
+}
+
+void test_unpin(sw_buffer *buf)
+{
+    sw_buffer *arr[1] = {buf};
+    ASSERT_OK(sw_launch_end(owner_of(buf), arr, 1));
+}
+
+void test_unpin_free(sw_buffer *buf)
+{
+    test_unpin(buf);
+    ASSERT_OK(sw_buffer_free(buf));
+}
+
 /* ------------------------------------------------------------------------
  * Patterns
  * ---------------------------------------------------------------------- */

@@ -229,7 +229,7 @@ static result_kind run_one(const test_entry *t, double timeout, char *why,
     close(fds[0]);
 
     if (timed_out) {
-        snprintf(why, why_len, "timed out after %.0f s%s%s", timeout,
+        snprintf(why, why_len, "timed out after %g s%s%s", timeout,
                  kind == 'F' ? "; reported: " : "", kind == 'F' ? text : "");
         return RES_FAIL;
     }

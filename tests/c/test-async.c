@@ -67,6 +67,74 @@ TEST(async_free_while_queued)
     ASSERT_OK(sw_buffer_free(out));
 }
 
+TEST(async_empty_cache_while_queued)
+{
+    if (test_is_sim())
+        setenv("SPILLWAY_SIM_MEMORY", "1G", 1);
+    sw_device *dev = test_device();
+    const size_t n = (size_t)16 << 20;
+    const size_t bytes = n * sizeof(float);
+    sw_buffer *a = test_alloc(dev, bytes, "a");
+    sw_buffer *b = test_alloc(dev, bytes, "b");
+    sw_buffer *out = test_alloc(dev, bytes, "out");
+    sw_scalar va = {.f = -1.25}, vb = {.f = 4.0};
+    ASSERT_OK(sw_op_fill(a, SW_FLOAT32, n, va));
+    ASSERT_OK(sw_op_fill(b, SW_FLOAT32, n, vb));
+    ASSERT_OK(sw_op_add(out, a, b, SW_FLOAT32, n));
+    /* Free the inputs and hand their blocks back to the device at once:
+     * the device frees them in stream order, after the add. */
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_buffer_free(b));
+    ASSERT_OK(sw_empty_cache(dev));
+    ASSERT_UEQ(test_info(dev).cached, 0);
+    /* New allocations may get the same device memory; their contents are
+     * written after the add has read the old ones. */
+    sw_buffer *c = test_alloc(dev, bytes, "c");
+    sw_buffer *d = test_alloc(dev, bytes, "d");
+    sw_scalar junk = {.f = 1e6};
+    ASSERT_OK(sw_op_fill(c, SW_FLOAT32, n, junk));
+    ASSERT_OK(sw_op_fill(d, SW_FLOAT32, n, junk));
+    float *h = read_floats(out, n);
+    expect_all(h, n, 2.75f, "a + b with a and b freed and released");
+    free(h);
+    ASSERT_OK(sw_buffer_free(c));
+    ASSERT_OK(sw_buffer_free(d));
+    ASSERT_OK(sw_buffer_free(out));
+}
+
+TEST(async_close_with_queued_work)
+{
+    if (test_is_sim())
+        setenv("SPILLWAY_SIM_MEMORY", "1G", 1);
+    const char *spec = test_device_spec();
+    sw_device *dev = NULL;
+    ASSERT_OK(sw_device_open(spec, &dev));
+    sw_memory_info fresh = test_info_synced(dev);
+    const size_t n = (size_t)16 << 20;
+    sw_buffer *a = test_alloc(dev, n * sizeof(float), "a");
+    sw_buffer *b = test_alloc(dev, n * sizeof(float), "b");
+    sw_scalar v = {.f = 3.0};
+    ASSERT_OK(sw_op_fill(a, SW_FLOAT32, n, v));
+    ASSERT_OK(sw_op_scale(b, a, v, SW_FLOAT32, n));
+    ASSERT_OK(sw_op_add(a, a, b, SW_FLOAT32, n));
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_buffer_free(b));
+    /* The last close with work still queued: it waits, then releases. */
+    ASSERT_OK(sw_device_close(dev));
+    sw_device *again = test_device();
+    ASSERT_PTR_EQ(again, dev);
+    sw_memory_info re = test_info_synced(again);
+    ASSERT_UEQ(re.in_use, 0);
+    ASSERT_UEQ(re.cached, 0);
+    ASSERT_UEQ(re.allocs, 0);
+    if (test_is_sim())
+        ASSERT_UEQ(re.device_free, fresh.device_free);
+    sw_buffer *c = test_alloc(again, 4096, "after-reopen");
+    test_write_pattern(c, 3);
+    test_expect_pattern(c, 3);
+    ASSERT_OK(sw_buffer_free(c));
+}
+
 TEST(async_cache_reuse_in_order)
 {
     sw_device *dev = test_device();

@@ -77,6 +77,34 @@ TEST(budget_trims_cache)
     ASSERT_OK(sw_set_memory_budget(dev, 0));
 }
 
+TEST(budget_trims_oldest_first)
+{
+    sw_device *dev = test_device();
+    ASSERT_OK(sw_set_memory_budget(dev, KiB(1024)));
+    sw_buffer *x = test_alloc(dev, KiB(256), "x");
+    sw_buffer *y = test_alloc(dev, KiB(128), "y");
+    sw_devmem my;
+    ASSERT_OK(sw_buffer_device_ptr(y, &my));
+    ASSERT_OK(sw_buffer_free(x)); /* cached first: the oldest */
+    ASSERT_OK(sw_buffer_free(y));
+    ASSERT_UEQ(test_info_synced(dev).cached, KiB(384));
+
+    /* 384K cached + 768K > 1024K: trimming x's block alone makes room, and
+     * it is the oldest; y's stays cached. */
+    sw_buffer *z = test_alloc(dev, KiB(768), "z");
+    sw_memory_info i = test_info_synced(dev);
+    ASSERT_UEQ(i.in_use, KiB(768));
+    ASSERT_UEQ(i.cached, KiB(128));
+    sw_buffer *y2 = test_alloc(dev, KiB(128), "y2");
+    sw_devmem my2;
+    ASSERT_OK(sw_buffer_device_ptr(y2, &my2));
+    ASSERT_UEQ(my2.base, my.base);
+    ASSERT_UEQ(test_info(dev).cached, 0);
+    ASSERT_OK(sw_buffer_free(y2));
+    ASSERT_OK(sw_buffer_free(z));
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+}
+
 TEST(budget_oom_message)
 {
     sw_device *dev = test_device();
@@ -90,6 +118,10 @@ TEST(budget_oom_message)
     }
     /* ...and a big one: in_use 70K + 900K = 970K. */
     sw_buffer *big = test_alloc(dev, KiB(900), "the-big-one");
+    /* Pinned: nothing can be moved out of the way. */
+    for (int i = 0; i < 7; i++)
+        test_pin(small[i]);
+    test_pin(big);
     sw_memory_info before = test_info_synced(dev);
     ASSERT_UEQ(before.in_use, KiB(970));
 
@@ -133,13 +165,13 @@ TEST(budget_oom_message)
     ASSERT_UEQ(after.ooms, before.ooms + 1);
 
     /* Freeing makes room. */
-    ASSERT_OK(sw_buffer_free(big));
+    test_unpin_free(big);
     sw_buffer *fits = test_alloc(dev, KiB(100), "fits-now");
     test_write_pattern(fits, 3);
     test_expect_pattern(fits, 3);
     ASSERT_OK(sw_buffer_free(fits));
     for (int i = 0; i < 7; i++)
-        ASSERT_OK(sw_buffer_free(small[i]));
+        test_unpin_free(small[i]);
     ASSERT_OK(sw_set_memory_budget(dev, 0));
 }
 
@@ -149,6 +181,7 @@ TEST(budget_below_one_alloc)
     ASSERT_OK(sw_set_memory_budget(dev, KiB(64)));
     sw_buffer *keep = test_alloc(dev, KiB(16), "keep");
     test_write_pattern(keep, 6);
+    test_pin(keep);
     sw_memory_info before = test_info_synced(dev);
 
     /* More than the whole budget, far less than the device: OOM, not
@@ -174,13 +207,14 @@ TEST(budget_below_one_alloc)
 
     /* Exactly up to the budget is fine: 16K + 48K = 64K. */
     sw_buffer *rest = test_alloc(dev, KiB(48), "rest");
+    test_pin(rest);
     ASSERT_UEQ(test_info(dev).in_use, KiB(64));
     /* One granule more is not. */
     ASSERT_ERR(sw_buffer_alloc(dev, 1, "one-more", &out), SW_ERR_OOM);
     ASSERT_NULL(out);
     test_expect_pattern(keep, 6);
-    ASSERT_OK(sw_buffer_free(rest));
-    ASSERT_OK(sw_buffer_free(keep));
+    test_unpin_free(rest);
+    test_unpin_free(keep);
     ASSERT_OK(sw_set_memory_budget(dev, 0));
 }
 
@@ -196,14 +230,16 @@ TEST(budget_below_held)
     ASSERT_UEQ(b, KiB(128));
     /* ...existing buffers keep working... */
     test_expect_pattern(a, 4);
-    /* ...and the next allocation that needs room fails. */
+    /* ...and the next allocation that needs room fails (the held buffer
+     * pinned, so that it cannot be moved out of the way). */
+    test_pin(a);
     sw_buffer *out = NULL;
     ASSERT_ERR(sw_buffer_alloc(dev, 1024, "no-room", &out), SW_ERR_OOM);
     ASSERT_NULL(out);
     ASSERT_UEQ(test_info(dev).in_use, KiB(256));
 
     /* Freeing is always possible; the block is cached (over budget). */
-    ASSERT_OK(sw_buffer_free(a));
+    test_unpin_free(a);
     sw_memory_info i = test_info_synced(dev);
     ASSERT_UEQ(i.in_use, 0);
     ASSERT_UEQ(i.cached, KiB(256));

@@ -91,10 +91,28 @@ TEST(device_open_refcount)
     sw_device *first = NULL;
     ASSERT_OK(sw_device_open(spec, &first));
     ASSERT_NOT_NULL(first);
+    sw_memory_info fresh = test_info_synced(first);
+    /* Leave something in the cache, and a budget. */
+    sw_buffer *tmp = test_alloc(first, 1 << 20, "cached-at-close");
+    ASSERT_OK(sw_buffer_free(tmp));
+    ASSERT_OK(sw_set_memory_budget(first, 1 << 30));
+    ASSERT_UEQ(test_info_synced(first).cached, 1 << 20);
     ASSERT_OK(sw_device_close(first));
     sw_device *again = NULL;
     ASSERT_OK(sw_device_open(spec, &again));
     ASSERT_PTR_EQ(again, first);
+    /* The last close released everything: the reopened device starts
+     * afresh, its cache given back to the device. */
+    sw_memory_info re = test_info_synced(again);
+    ASSERT_UEQ(re.in_use, 0);
+    ASSERT_UEQ(re.cached, 0);
+    ASSERT_UEQ(re.allocs, 0);
+    ASSERT_UEQ(re.frees, 0);
+    ASSERT_UEQ(re.peak, 0);
+    ASSERT_UEQ(re.budget, 0);
+    ASSERT_UEQ(re.device_total, fresh.device_total);
+    if (test_is_sim())
+        ASSERT_UEQ(re.device_free, fresh.device_free);
     /* Reopened after a full close, it works. */
     sw_buffer *b = test_alloc(again, 1000, "reopen");
     test_write_pattern(b, 9);
@@ -233,6 +251,31 @@ TEST(device_close_busy)
     /* The runner closes the reference: it must now succeed. */
 }
 
+TEST(device_closed_handle)
+{
+    const char *spec = test_device_spec();
+    sw_device *dev = NULL;
+    ASSERT_OK(sw_device_open(spec, &dev));
+    ASSERT_OK(sw_device_close(dev));
+    /* Every open was matched: the handle is closed.  Using it, or closing
+     * it once more, is refused and does not drive the count negative. */
+    ASSERT_ERR(sw_device_close(dev), SW_ERR_INVALID_HANDLE);
+    sw_memory_info info;
+    ASSERT_ERR(sw_memory_info_get(dev, &info), SW_ERR_INVALID_HANDLE);
+    sw_buffer *b = (sw_buffer *)(uintptr_t)1;
+    ASSERT_ERR(sw_buffer_alloc(dev, 64, "closed", &b), SW_ERR_INVALID_HANDLE);
+    ASSERT_NULL(b);
+    ASSERT_ERR(sw_device_synchronize(dev), SW_ERR_INVALID_HANDLE);
+
+    /* Reopened, it holds exactly one reference again: closing it with a
+     * live buffer is BUSY. */
+    sw_device *again = test_device();
+    ASSERT_PTR_EQ(again, dev);
+    b = test_alloc(again, 64, "live");
+    ASSERT_ERR(sw_device_close(again), SW_ERR_BUSY);
+    ASSERT_OK(sw_buffer_free(b));
+}
+
 TEST(device_name_description)
 {
     sw_device *dev = test_device();
@@ -303,6 +346,7 @@ static int check_sim_memory(void *arg)
                 info.device_free, sw_err_name(rc), sw_last_error());
         return 1;
     }
+    test_pin(b); /* so that room cannot be made by spilling it */
     sw_buffer *more = NULL;
     rc = sw_buffer_alloc(dev, 512, "more", &more);
     if (rc != SW_ERR_OOM) {
@@ -310,6 +354,7 @@ static int check_sim_memory(void *arg)
                 sw_err_name(rc));
         return 1;
     }
+    test_unpin(b);
     if (sw_buffer_free(b) != SW_OK || sw_device_close(dev) != SW_OK) {
         fprintf(stderr, "free/close failed: %s\n", sw_last_error());
         return 1;
@@ -377,6 +422,44 @@ TEST(sim_memory_env_malformed)
                                (void *)values[i], err, sizeof err);
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
             FAIL("SPILLWAY_SIM_MEMORY=%s: child status %#x: %s", values[i],
+                 st, err);
+    }
+}
+
+static int check_sim_devices_malformed(void *arg)
+{
+    const char *value = arg;
+    setenv("SPILLWAY_SIM_DEVICES", value, 1);
+    unsetenv("SPILLWAY_SIM_MEMORY");
+    sw_device *dev = (sw_device *)(uintptr_t)1;
+    int rc = sw_device_open("sim:0", &dev);
+    if (rc == SW_OK) {
+        fprintf(stderr, "SPILLWAY_SIM_DEVICES=%s: open succeeded\n", value);
+        return 1;
+    }
+    if (dev != NULL) {
+        fprintf(stderr, "out-parameter not NULL after failure\n");
+        return 1;
+    }
+    if (strstr(sw_last_error(), "SPILLWAY_SIM_DEVICES") == NULL) {
+        fprintf(stderr, "SPILLWAY_SIM_DEVICES=%s -> %s: \"%s\" does not "
+                "name the variable\n", value, sw_err_name(rc),
+                sw_last_error());
+        return 1;
+    }
+    return 0;
+}
+
+TEST(sim_devices_env_malformed)
+{
+    test_require_sim();
+    static const char *values[] = {"x", "-1", "2x", "1.5", "99999999999999"};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        char err[2048];
+        int st = test_fork_run(check_sim_devices_malformed,
+                               (void *)values[i], err, sizeof err);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            FAIL("SPILLWAY_SIM_DEVICES=%s: child status %#x: %s", values[i],
                  st, err);
     }
 }

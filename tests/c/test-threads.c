@@ -328,10 +328,12 @@ TEST(thread_budget)
         oks += a[i].oks;
     }
     /* Even one thread holding three buffers of ~288 KiB on average passes
-     * 1 MiB now and then: some allocations must have failed, some worked. */
-    ASSERT_GT(ooms, 0);
-    ASSERT_GT(oks, 0);
+     * 1 MiB now and then: the budget must have bitten (an allocation failed,
+     * or, where spilling makes room, a buffer was spilled), and some
+     * allocations worked. */
     sw_memory_info info = test_info_synced(dev);
+    ASSERT_TRUE(ooms > 0 || info.spills > 0);
+    ASSERT_GT(oks, 0);
     ASSERT_UEQ(info.in_use, 0);
     ASSERT_UEQ(info.ooms, (uint64_t)ooms);
     ASSERT_UEQ(info.allocs, (uint64_t)oks);

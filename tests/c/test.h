@@ -226,6 +226,15 @@ static inline uint64_t test_round(uint64_t n)
            SW_ALLOC_GRANULARITY;
 }
 
+/* Pin a buffer where it is (sw_launch_begin of it alone), so that nothing
+ * (spilling included) can move it to make room: a test that wants an
+ * allocation to fail for want of room pins what it holds.  Unpin before
+ * freeing. */
+void test_pin(sw_buffer *buf);
+void test_unpin(sw_buffer *buf);
+/* Unpin and free. */
+void test_unpin_free(sw_buffer *buf);
+
 /* Allocation that must succeed. */
 sw_buffer *test_alloc(sw_device *dev, size_t size, const char *tag);
 

@@ -21,10 +21,12 @@
     X(device_open_default_env)                                                \
     X(device_bad_specs)                                                       \
     X(device_close_busy)                                                      \
+    X(device_closed_handle)                                                   \
     X(device_name_description)                                                \
     X(sim_memory_env)                                                         \
     X(sim_memory_env_malformed)                                               \
     X(sim_devices_env)                                                        \
+    X(sim_devices_env_malformed)                                              \
     X(sim_devices_separate_accounting)                                        \
     /* test-accounting.c */                                                   \
     X(accounting_initial)                                                     \
@@ -43,6 +45,7 @@
     /* test-budget.c */                                                       \
     X(budget_get_set)                                                         \
     X(budget_trims_cache)                                                     \
+    X(budget_trims_oldest_first)                                              \
     X(budget_oom_message)                                                     \
     X(budget_below_one_alloc)                                                 \
     X(budget_below_held)                                                      \
@@ -85,6 +88,8 @@
     X(launch_bad_args)                                                        \
     /* test-async.c */                                                        \
     X(async_free_while_queued)                                                \
+    X(async_empty_cache_while_queued)                                         \
+    X(async_close_with_queued_work)                                           \
     X(async_cache_reuse_in_order)                                             \
     X(async_read_waits_for_ops)                                               \
     X(sim_validator_catches_stale_pointer)                                    \
@@ -102,7 +107,24 @@
     X(thread_budget)                                                          \
     X(thread_peak_scopes)                                                     \
     X(thread_open_close)                                                      \
-    X(thread_shared_buffer_refs)
+    X(thread_shared_buffer_refs)                                              \
+    /* test-spill.c */                                                        \
+    X(spill_lru_order)                                                        \
+    X(spill_host_access_stays_spilled)                                        \
+    X(spill_views_see_base)                                                   \
+    X(spill_pinned_never_moves)                                               \
+    X(spill_launch_restores_all)                                              \
+    X(spill_launch_too_large)                                                 \
+    X(spill_lease_and_external)                                               \
+    X(spill_lease_outlives_handle)                                            \
+    X(spill_budget_lowered)                                                   \
+    X(spill_budget_below_one_alloc)                                           \
+    X(spill_full_device)                                                      \
+    X(spill_fault_copy_out)                                                   \
+    X(spill_fault_restore)                                                    \
+    X(spill_fault_nth)                                                        \
+    X(pressure_callback_frees)                                                \
+    X(thread_spill_model)
 
 #define SW__DECLARE_TEST(name) void test_##name(void);
 SW_TEST_LIST(SW__DECLARE_TEST)

@@ -1,0 +1,232 @@
+/*
+ * bench_spill.c -- spilling, measured as ratios against baselines taken in
+ * the same run (these machines are shared and noisy; absolute times mean
+ * little, ratios do).
+ *
+ *   1. spill and restore bandwidth of large buffers, as a fraction of
+ *      memcpy bandwidth between pre-faulted host buffers;
+ *   2. warm launch overhead per resident argument (sw_launch_begin/end),
+ *      in ns, against an empty loop;
+ *   3. victim selection cost per spilled buffer with 10^5 and 10^6 live
+ *      buffers (should grow no faster than log n).
+ *
+ * Usage: bench_spill [--quick]
+ */
+#include "spillway.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#define CHECK(call)                                                           \
+    do {                                                                      \
+        int rc_ = (call);                                                     \
+        if (rc_ != SW_OK) {                                                   \
+            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__,      \
+                    #call, sw_err_name(rc_), sw_last_error());                \
+            exit(1);                                                          \
+        }                                                                     \
+    } while (0)
+
+static sw_memory_info info(sw_device *dev)
+{
+    sw_memory_info m;
+    CHECK(sw_memory_info_get(dev, &m));
+    return m;
+}
+
+/* Keeps the optimizer from deleting the baseline loops. */
+static volatile uint64_t sink;
+
+/* ------------------------------------------------------------------------
+ * 1. Bandwidth
+ * ---------------------------------------------------------------------- */
+
+static double memcpy_gbps(size_t size, int reps)
+{
+    char *a = malloc(size), *b = malloc(size);
+    if (!a || !b)
+        exit(1);
+    memset(a, 1, size);
+    memset(b, 2, size);
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        memcpy(b, a, size);
+        double dt = now() - t0;
+        sink += (uint64_t)b[size / 2];
+        double g = (double)size / dt / 1e9;
+        if (g > best)
+            best = g;
+    }
+    free(a);
+    free(b);
+    return best;
+}
+
+static void bench_bandwidth(sw_device *dev, size_t size, int nbuf, int rounds)
+{
+    sw_buffer **bufs = calloc((size_t)nbuf, sizeof *bufs);
+    char *pattern = malloc(size);
+    memset(pattern, 0x5a, size);
+    /* Half fit: allocating the second half spills the first, and touching
+     * them in turn then spills one and restores one each time. */
+    CHECK(sw_set_memory_budget(dev, (uint64_t)size * (uint64_t)nbuf / 2));
+    for (int i = 0; i < nbuf; i++) {
+        CHECK(sw_buffer_alloc(dev, size, "bench", &bufs[i]));
+        CHECK(sw_buffer_write(bufs[i], 0, pattern, size));
+    }
+    sw_memory_info m0 = info(dev);
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < nbuf; i++) {
+            sw_devmem p;
+            CHECK(sw_buffer_device_ptr(bufs[i], &p));
+        }
+    sw_memory_info m1 = info(dev);
+    double spill = (double)(m1.spilled_bytes_total - m0.spilled_bytes_total) /
+                   (m1.spill_seconds - m0.spill_seconds) / 1e9;
+    double restore =
+        (double)(m1.restored_bytes_total - m0.restored_bytes_total) /
+        (m1.restore_seconds - m0.restore_seconds) / 1e9;
+    double base = memcpy_gbps(size, 5);
+    printf("bandwidth (%zu MiB buffers, %llu spills, %llu restores)\n",
+           size >> 20, (unsigned long long)(m1.spills - m0.spills),
+           (unsigned long long)(m1.restores - m0.restores));
+    printf("  memcpy baseline        %8.2f GB/s\n", base);
+    printf("  spill   (device->host) %8.2f GB/s   ratio %.2f  (goal >= 0.8)\n",
+           spill, spill / base);
+    printf("  restore (host->device) %8.2f GB/s   ratio %.2f  (goal >= 0.8)\n",
+           restore, restore / base);
+    CHECK(sw_set_memory_budget(dev, 0));
+    for (int i = 0; i < nbuf; i++)
+        CHECK(sw_buffer_free(bufs[i]));
+    CHECK(sw_empty_cache(dev));
+    free(bufs);
+    free(pattern);
+}
+
+/* ------------------------------------------------------------------------
+ * 2. Warm launch overhead
+ * ---------------------------------------------------------------------- */
+
+static double launch_ns(sw_device *dev, sw_buffer **bufs, size_t n, long iters)
+{
+    sw_devmem ptrs[16];
+    double t0 = now();
+    for (long i = 0; i < iters; i++) {
+        CHECK(sw_launch_begin(dev, bufs, n, ptrs));
+        sink += ptrs[0].base;
+        CHECK(sw_launch_end(dev, bufs, n));
+    }
+    return (now() - t0) / (double)iters * 1e9;
+}
+
+static void bench_launch(sw_device *dev, long iters)
+{
+    enum { N = 16 };
+    sw_buffer *bufs[N];
+    for (int i = 0; i < N; i++)
+        CHECK(sw_buffer_alloc(dev, 4096, "warm", &bufs[i]));
+    double t0 = now();
+    for (long i = 0; i < iters; i++)
+        sink += (uint64_t)i;
+    double empty = (now() - t0) / (double)iters * 1e9;
+    (void)launch_ns(dev, bufs, N, iters / 10); /* warm up */
+    double t1 = launch_ns(dev, bufs, 1, iters);
+    double tn = launch_ns(dev, bufs, N, iters);
+    double per_arg = (tn - t1) / (N - 1);
+    printf("warm launch (begin+end, all arguments resident, %ld iterations)\n",
+           iters);
+    printf("  empty loop             %8.2f ns\n", empty);
+    printf("  1 argument             %8.2f ns per launch\n", t1 - empty);
+    printf("  %d arguments           %8.2f ns per launch\n", N, tn - empty);
+    printf("  per extra argument     %8.2f ns  (goal <= 5 ns)\n", per_arg);
+    for (int i = 0; i < N; i++)
+        CHECK(sw_buffer_free(bufs[i]));
+}
+
+/* ------------------------------------------------------------------------
+ * 3. Victim selection
+ * ---------------------------------------------------------------------- */
+
+/* Seconds per spilled buffer when `nspill` small buffers are spilled out
+ * of n live ones, a tenth of which were touched in random order first (so
+ * the LRU heap has stale keys to repair, as in real use). */
+static double victim_cost(sw_device *dev, size_t n, size_t nspill)
+{
+    sw_buffer **bufs = malloc(n * sizeof *bufs);
+    for (size_t i = 0; i < n; i++)
+        CHECK(sw_buffer_alloc(dev, 512, NULL, &bufs[i]));
+    srand(42);
+    for (size_t i = 0; i < n / 10; i++) {
+        sw_devmem p;
+        CHECK(sw_buffer_device_ptr(bufs[(size_t)rand() % n], &p));
+    }
+    CHECK(sw_empty_cache(dev));
+    sw_memory_info m = info(dev);
+    CHECK(sw_set_memory_budget(dev, m.in_use));
+    /* One allocation of nspill * 512 bytes spills nspill buffers.  The
+     * copies' own time (spill_seconds) is taken out: what is left is
+     * choosing victims and the bookkeeping around each. */
+    sw_buffer *big;
+    double t0 = now();
+    CHECK(sw_buffer_alloc(dev, nspill * 512, "big", &big));
+    sw_memory_info m1 = info(dev);
+    double dt = now() - t0 - (m1.spill_seconds - m.spill_seconds);
+    if (m1.spills - m.spills < nspill)
+        fprintf(stderr, "warning: %llu spills, expected %zu\n",
+                (unsigned long long)(m1.spills - m.spills), nspill);
+    CHECK(sw_buffer_free(big));
+    CHECK(sw_set_memory_budget(dev, 0));
+    for (size_t i = 0; i < n; i++)
+        CHECK(sw_buffer_free(bufs[i]));
+    CHECK(sw_empty_cache(dev));
+    free(bufs);
+    return dt / (double)(m1.spills - m.spills);
+}
+
+static void bench_victims(sw_device *dev, size_t small, size_t large,
+                          size_t nspill)
+{
+    double a = victim_cost(dev, small, nspill);
+    double b = victim_cost(dev, large, nspill);
+    printf("victim selection (%zu spills of 512-byte buffers in one batch, copy time excluded)\n",
+           nspill);
+    printf("  %8zu live buffers  %8.2f us per spilled buffer\n", small,
+           a * 1e6);
+    printf("  %8zu live buffers  %8.2f us per spilled buffer\n", large,
+           b * 1e6);
+    printf("  growth %.2fx for %.0fx more buffers  (log ratio %.2f; linear "
+           "would be %.0fx)\n", b / a, (double)large / (double)small,
+           __builtin_log((double)large) / __builtin_log((double)small),
+           (double)large / (double)small);
+    printf("\n");
+}
+
+int main(int argc, char **argv)
+{
+    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    /* Room for 10^6 small buffers and the bandwidth test's buffers. */
+    setenv("SPILLWAY_SIM_MEMORY", "2G", 0);
+    sw_device *dev;
+    CHECK(sw_device_open(NULL, &dev));
+    printf("spillway bench_spill on %s (%s)%s\n\n", sw_device_name(dev),
+           sw_device_description(dev), quick ? ", quick" : "");
+    bench_bandwidth(dev, quick ? (size_t)16 << 20 : (size_t)64 << 20, 8,
+                    quick ? 2 : 4);
+    printf("\n");
+    bench_launch(dev, quick ? 200000 : 2000000);
+    printf("\n");
+    bench_victims(dev, quick ? 10000 : 100000, quick ? 100000 : 1000000,
+                  1000);
+    CHECK(sw_device_close(dev));
+    return 0;
+}
