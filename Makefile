@@ -11,6 +11,7 @@
 #   build/        debugoptimized                          (make build, demo)
 #   build-asan/   + AddressSanitizer and UndefinedBehaviorSanitizer
 #   build-tsan/   + ThreadSanitizer
+#   build-release/ release, no assertions                  (make bench)
 # Suite logs go to build/logs/NAME.log.
 
 .DEFAULT_GOAL := build
@@ -31,6 +32,7 @@ MESON_OPTS :=
 ASAN_OPTS := -Db_sanitize=address,undefined -Db_lundef=false \
              -Dc_args=-fno-omit-frame-pointer
 TSAN_OPTS := -Db_sanitize=thread -Db_lundef=false
+RELEASE_OPTS := --buildtype=release -Db_ndebug=true
 
 TEST_BIN := tests/c/test_spillway
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -56,7 +58,7 @@ SUITES ?=
 
 # ---------------------------------------------------------------------------
 
-.PHONY: all build build-asan build-tsan build-all test demo bench bootstrap \
+.PHONY: all build build-asan build-tsan build-release build-all test demo bench bootstrap \
         system venv clean distclean help
 
 all: build
@@ -65,7 +67,7 @@ help:
 	@echo "make demo       bootstrap, build, show devices and run the demo"
 	@echo "make test       bootstrap, build all three build dirs, run every suite"
 	@echo "make build      bootstrap and build build/ (the default)"
-	@echo "make bench      build and run the benchmarks in build/bench, if any"
+	@echo "make bench      release build, then run the benchmarks in build-release/bench"
 	@echo "make bootstrap  install missing system packages and the venv only"
 	@echo "make clean      remove the build directories (keeps .venv)"
 	@echo "make distclean  clean, and remove .venv and Python caches"
@@ -102,6 +104,11 @@ build-tsan/build.ninja: $(VENV_STAMP) Makefile | system
 	@MESON=$(MESON) scripts/configure.sh build-tsan $(MESON_OPTS) $(TSAN_OPTS)
 	@touch $@
 
+# Benchmarks measure what users run: a release build without assertions.
+build-release/build.ninja: $(VENV_STAMP) Makefile | system
+	@MESON=$(MESON) scripts/configure.sh build-release $(MESON_OPTS) $(RELEASE_OPTS)
+	@touch $@
+
 build: build/build.ninja
 	$(NINJA) -C build
 
@@ -110,6 +117,9 @@ build-asan: build-asan/build.ninja
 
 build-tsan: build-tsan/build.ninja
 	$(NINJA) -C build-tsan
+
+build-release: build-release/build.ninja
+	$(NINJA) -C build-release
 
 build-all: build build-asan build-tsan
 
@@ -122,19 +132,19 @@ demo: build
 	build/spillway info
 	build/spillway demo
 
-bench: build
+bench: build-release
 	@found=0; \
-	for b in build/bench/*; do \
+	for b in build-release/bench/*; do \
 	  if [[ -f $$b && -x $$b ]]; then found=1; echo "== $$b"; "$$b" || exit 1; fi; \
 	done; \
 	if [[ $$found == 0 ]]; then \
-	  echo "make bench: no benchmark programs in build/bench (none are built yet)"; \
+	  echo "make bench: no benchmark programs in build-release/bench"; \
 	fi
 
 # --- clean ------------------------------------------------------------------
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-release
 
 distclean: clean
 	rm -rf $(VENV)

@@ -108,7 +108,8 @@ SW_API int sw_device_count(size_t *count);
  * is too small. */
 SW_API int sw_device_spec_at(size_t index, char *buf, size_t len);
 
-/* Open a device by spec ("sim:0", "opencl:1", "cuda:0").  NULL or "" opens
+/* Open a device by spec ("sim:0", "opencl:1", "cuda:0"; a bare backend
+ * name such as "sim" means its device 0).  NULL or "" opens
  * the default: $SPILLWAY_DEVICE if set, else "sim:0".  Opening is
  * reference-counted: every successful open must be paired with a close, and
  * the same spec always yields the same handle.  Device handles stay valid for
@@ -345,7 +346,9 @@ SW_API int sw_op_scale(sw_buffer *out, sw_buffer *a, sw_scalar alpha,
 SW_API int sw_op_axpy(sw_scalar alpha, sw_buffer *x, sw_buffer *y,
                       sw_dtype dtype, size_t n);
 /* Reduce on the device and wait for the result (.f for float dtypes, .i for
- * integer ones). */
+ * integer ones).  The first sum on a device reserves SW_ALLOC_GRANULARITY
+ * bytes of device memory for results (seen in device_free, not in
+ * in_use) until the device is closed. */
 SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out);
 
 /* ------------------------------------------------------------------------

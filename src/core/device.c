@@ -230,10 +230,6 @@ static int open_locked(const char *spec, size_t bi, int index,
     dev->props = props;
     dev->b = b;
     dev->q = ops->default_queue(b);
-    /* Scratch memory for small results; without it sums fall back to a
-     * temporary buffer, so a failure here is not fatal. */
-    if (ops->alloc(b, SW_ALLOC_GRANULARITY, &dev->scratch) != SW_OK)
-        dev->scratch = 0;
     dev->refs = 1;
     sw__unlock(dev);
     *out = dev;
@@ -295,7 +291,7 @@ SW_API int sw_device_close(sw_device *dev)
     }
     sw__cache_drain_locked(dev);
     if (dev->scratch != 0)
-        dev->ops->free(dev->b, dev->q, dev->scratch, SW_ALLOC_GRANULARITY);
+        (void)sw__b_free(dev, dev->scratch, SW_ALLOC_GRANULARITY);
     free(dev->heap);
     dev->heap = NULL;
     dev->heap_cap = 0;

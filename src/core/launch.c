@@ -280,9 +280,15 @@ SW_API int sw_op_axpy(sw_scalar alpha, sw_buffer *x, sw_buffer *y,
     return run_op(SW_KERNEL_AXPY, y, x, NULL, alpha, dtype, n);
 }
 
-/* A slot of the device's scratch block, or -1 when all are busy. */
+/* A slot of the device's scratch block, or -1 when all are busy.  The
+ * block (SW_ALLOC_GRANULARITY bytes, the library's own: device_free shows
+ * it, in_use does not) is allocated at the first sum; if that fails, sums
+ * use a temporary buffer instead. */
 static int scratch_take_locked(sw_device *dev)
 {
+    if (dev->scratch == 0 &&
+        sw__b_alloc(dev, SW_ALLOC_GRANULARITY, &dev->scratch) != SW_OK)
+        dev->scratch = 0;
     if (dev->scratch == 0 || dev->scratch_used == UINT64_MAX)
         return -1;
     for (int i = 0; i < (int)SW__SCRATCH_SLOTS; i++) {

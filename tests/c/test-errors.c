@@ -76,8 +76,7 @@ static void *last_error_thread(void *arg)
 {
     last_error_probe *p = arg;
     snprintf(p->before, sizeof p->before, "%s", sw_last_error());
-    sw_device *dev = (sw_device *)(uintptr_t)1;
-    (void)dev;
+    sw_device *dev = NULL;
     /* A failure of a different kind on this thread. */
     p->rc = sw_device_open("bogus:7", &dev);
     snprintf(p->after, sizeof p->after, "%s", sw_last_error());

@@ -413,6 +413,49 @@ TEST(ops_sum)
     free(dv);
 }
 
+TEST(ops_buffer_fill_copy_dtypes)
+{
+    /* sw_buffer_fill with one element of each dtype as the pattern, and
+     * sw_buffer_copy of element ranges, seen by the kernels. */
+    sw_device *dev = test_device();
+    enum { N = 1000 };
+    for (size_t d = 0; d < 4; d++) {
+        sw_dtype dt = all_dtypes[d];
+        size_t esz = sw_dtype_size(dt);
+        sw_scalar v;
+        v.i = 0;
+        if (is_float(dt))
+            v.f = -0.375;
+        else
+            v.i = dt == SW_INT32 ? -77777 : (int64_t)0x123456789abcll;
+        unsigned char pat[8];
+        set_elem(dt, pat, 0, v);
+        sw_buffer *a = test_alloc(dev, N * esz, "a");
+        sw_buffer *b = test_alloc(dev, N * esz, "b");
+        ASSERT_OK(sw_buffer_fill(a, 0, N * esz, pat, esz));
+        sw_scalar zero;
+        zero.i = 0;
+        ASSERT_OK(sw_op_fill(b, dt, N, zero));
+        /* b[100..400) = a[0..300) */
+        ASSERT_OK(sw_buffer_copy(b, 100 * esz, a, 0, 300 * esz));
+        sw_scalar sum;
+        ASSERT_OK(sw_op_sum(b, dt, N, &sum));
+        if (is_float(dt))
+            ASSERT_DBL_EQ(sum.f, 300 * v.f);
+        else
+            ASSERT_EQ(sum.i, 300 * v.i);
+        void *host = xmalloc(N * esz), *want = xmalloc(N * esz);
+        for (size_t i = 0; i < N; i++)
+            set_elem(dt, want, i, (i >= 100 && i < 400) ? v : zero);
+        download(b, dt, host, N, 0);
+        expect_elems(dt, host, want, N, "fill + copy");
+        ASSERT_OK(sw_buffer_free(a));
+        ASSERT_OK(sw_buffer_free(b));
+        free(host);
+        free(want);
+    }
+}
+
 TEST(ops_integer_wrap)
 {
     sw_device *dev = test_device();

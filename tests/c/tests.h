@@ -77,6 +77,7 @@
     X(ops_scale)                                                              \
     X(ops_axpy)                                                               \
     X(ops_sum)                                                                \
+    X(ops_buffer_fill_copy_dtypes)                                            \
     X(ops_integer_wrap)                                                       \
     X(ops_on_views)                                                           \
     X(ops_zero_elements)                                                      \
