@@ -222,6 +222,52 @@ TEST(spill_launch_too_large)
     ASSERT_OK(sw_buffer_free(c));
 }
 
+/* Without a budget the device's capacity is the bound. */
+static int launch_too_large_child(void *arg)
+{
+    (void)arg;
+    sw_device *dev = NULL;
+    if (sw_device_open("sim:0", &dev) != SW_OK)
+        return 10;
+    size_t sz = 24u << 20; /* three of these do not fit in 64 MiB */
+    sw_buffer *b[3];
+    for (int i = 0; i < 3; i++) {
+        if (sw_buffer_alloc(dev, sz, "big", &b[i]) != SW_OK)
+            return 11;
+        uint8_t v = (uint8_t)(i + 1);
+        if (sw_buffer_fill(b[i], 0, sz, &v, 1) != SW_OK)
+            return 12;
+    }
+    sw_memory_info m0, m1;
+    sw_memory_info_get(dev, &m0);
+    sw_devmem p[3];
+    if (sw_launch_begin(dev, b, 3, p) != SW_ERR_OOM)
+        return 13;
+    if (strstr(sw_last_error(), "capacity") == NULL ||
+        strstr(sw_last_error(), "together") == NULL)
+        return 14;
+    sw_memory_info_get(dev, &m1);
+    if (m1.spills != m0.spills || m1.restores != m0.restores)
+        return 15; /* nothing moved for nothing */
+    unsigned char c;
+    for (int i = 0; i < 3; i++) {
+        if (sw_buffer_read(b[i], sz - 1, &c, 1) != SW_OK || c != i + 1)
+            return 16;
+        sw_buffer_free(b[i]);
+    }
+    return sw_device_close(dev) == SW_OK ? 0 : 17;
+}
+
+TEST(spill_launch_too_large_for_device)
+{
+    test_require_sim();
+    setenv("SPILLWAY_SIM_MEMORY", "64M", 1);
+    char err[512];
+    int st = test_fork_run(launch_too_large_child, NULL, err, sizeof err);
+    if (st != 0)
+        FAIL("child status 0x%x: %s", st, err);
+}
+
 TEST(spill_lease_and_external)
 {
     sw_device *dev = test_device();

@@ -116,6 +116,7 @@
     X(spill_pinned_never_moves)                                               \
     X(spill_launch_restores_all)                                              \
     X(spill_launch_too_large)                                                 \
+    X(spill_launch_too_large_for_device)                                      \
     X(spill_lease_and_external)                                               \
     X(spill_lease_outlives_handle)                                            \
     X(spill_budget_lowered)                                                   \
