@@ -7,6 +7,8 @@
  * Device addresses are host addresses.  Each queue is a worker thread that
  * runs a FIFO of commands; all device work, transfers included, runs there,
  * so it is as asynchronous as on real hardware and ordering bugs show up.
+ * (The one shortcut: a small free on a queue with nothing pending runs at
+ * once, which stream order allows.)
  *
  * The sim doubles as a checker: before a command touches device memory the
  * worker proves that every byte range lies inside one live block, and
@@ -59,7 +61,7 @@ typedef enum sim__block_state {
     SIM__FREE,   /* in the free tree: may be handed out */
     SIM__LIVE,   /* in the live tree: allocated */
     SIM__DOOMED, /* in the live tree: allocated, its free is queued */
-    SIM__DYING,  /* in no tree: the worker is poisoning it */
+    SIM__DYING,  /* in no tree: being poisoned, then back to FREE */
 } sim__block_state;
 
 /* A block covers [addr, addr + size).  Blocks tile the arena without gaps;
@@ -142,7 +144,7 @@ struct sw__bqueue {
     int waiters;
     int lazy; /* frees queued since the worker was last signalled */
     int stop;
-    int worker_running; /* 0 only in a forked child, until the next enqueue */
+    int worker_running; /* started by the first enqueue (again after fork) */
     pthread_t worker;
     sw__bqueue *next; /* in dev->queues, under sim__registry_mu */
 };
@@ -469,12 +471,11 @@ static void sim__describe(const sim__arena *ar, const sim__range *r,
         snprintf(buf, len, "no block covers it");
         return;
     }
-    int n = snprintf(buf, len,
-                     "nearest block: [0x%" PRIxPTR "+%zu) %s", b->addr,
-                     b->size,
+    int n = snprintf(buf, len, "nearest block: [0x%" PRIxPTR "+%zu) %s",
+                     b->addr, b->size,
                      b->state == SIM__DYING
                          ? "being freed"
-                         : "freed (free memory: freed or never allocated)");
+                         : "freed (free memory: freed, or never allocated)");
     if (live && n > 0 && (size_t)n < len)
         snprintf(buf + n, len - (size_t)n,
                  "; nearest live block below: [0x%" PRIxPTR "+%zu)",
@@ -871,7 +872,7 @@ static void *sim__worker(void *arg)
     return NULL;
 }
 
-/* pre: q->mu held, or q not yet shared. */
+/* pre: q->mu held. */
 static int sim__spawn_worker(sw__bqueue *q)
 {
     int e = pthread_create(&q->worker, NULL, sim__worker, q);
@@ -888,7 +889,9 @@ static int sim__enqueue(sw__bqueue *q, sim__cmd *c, int lazy)
 {
     c->next = NULL;
     pthread_mutex_lock(&q->mu);
-    /* A forked child has no workers: start one when work arrives. */
+    /* Workers start when work first arrives: a queue that is never used
+     * costs no thread, and a forked child, which has no workers, gets them
+     * back the same way. */
     if (!q->worker_running) {
         int e = sim__spawn_worker(q);
         if (e != 0) {
@@ -939,16 +942,6 @@ static int sim__queue_new(sw__bdev *dev, sw__bqueue **out)
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->work_cv, NULL);
     pthread_cond_init(&q->done_cv, NULL);
-    int e = sim__spawn_worker(q);
-    if (e != 0) {
-        pthread_cond_destroy(&q->done_cv);
-        pthread_cond_destroy(&q->work_cv);
-        pthread_mutex_destroy(&q->mu);
-        free(q);
-        return sw__errorf(SW_ERR_HOST_OOM,
-                          "sim:%d: cannot start a queue worker: %s",
-                          dev->index, strerror(e));
-    }
     pthread_mutex_lock(&sim__registry_mu);
     q->next = dev->queues;
     dev->queues = q;
@@ -1412,37 +1405,33 @@ static int sim_launch(sw__bqueue *q, const sw_kernel_args *args)
 static int sim_event_record(sw__bqueue *q, sw__bevent **out)
 {
     sw__bevent *ev = malloc(sizeof *ev);
-    sim__cmd *c = sim__cmd_new(q, SIM__CMD_MARKER);
-    if (!ev || !c) {
-        free(ev);
-        free(c);
+    if (!ev)
         return sw__errorf(SW_ERR_HOST_OOM,
                           "sim:%d: out of host memory for an event",
                           q->dev->index);
-    }
     pthread_mutex_init(&ev->mu, NULL);
     pthread_cond_init(&ev->cv, NULL);
-    ev->done = 0;
-    ev->refs = 2;
-    c->u.marker = ev;
 
-    /* An idle queue needs no marker: the event is complete already. */
+    /* An idle queue needs no marker: the event is complete already (and
+     * stays so: only our caller enqueues). */
     pthread_mutex_lock(&q->mu);
     int idle = !q->head && q->completed == q->submitted;
     pthread_mutex_unlock(&q->mu);
-    if (idle) {
-        ev->done = 1;
-        ev->refs = 1;
-        free(c);
-        *out = ev;
-        return SW_OK;
-    }
-    int rc = sim__enqueue(q, c, 0);
-    if (rc != SW_OK) {
-        pthread_cond_destroy(&ev->cv);
-        pthread_mutex_destroy(&ev->mu);
-        free(ev);
-        return rc;
+    ev->done = idle;
+    ev->refs = idle ? 1 : 2;
+    if (!idle) {
+        sim__cmd *c = sim__cmd_new(q, SIM__CMD_MARKER);
+        int rc = c ? SW_OK : SW_ERR_HOST_OOM;
+        if (c) {
+            c->u.marker = ev;
+            rc = sim__enqueue(q, c, 0);
+        }
+        if (rc != SW_OK) {
+            pthread_cond_destroy(&ev->cv);
+            pthread_mutex_destroy(&ev->mu);
+            free(ev);
+            return rc;
+        }
     }
     *out = ev;
     return SW_OK;
