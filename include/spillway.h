@@ -127,8 +127,8 @@ SW_API const char *sw_device_name(const sw_device *dev);
 /* A human-readable description of the hardware or runtime behind it. */
 SW_API const char *sw_device_description(const sw_device *dev);
 
-/* Wait until all work queued on the device has completed.  The device lock
- * is not held while waiting. */
+/* Wait until all work queued on the device, on every queue, has completed.
+ * The device lock is not held while waiting. */
 SW_API int sw_device_synchronize(sw_device *dev);
 
 /* ------------------------------------------------------------------------
@@ -208,6 +208,9 @@ typedef enum sw_buffer_state {
     SW_RESIDENT = 0, /* in device memory */
     SW_SPILLED = 1,  /* only a host copy exists */
 } sw_buffer_state;
+
+/* Device memory each queue reserves on the simulated device. */
+#define SW_SIM_QUEUE_RESERVE (1u << 20)
 
 /* Maximum tag length kept (longer tags are truncated). */
 #define SW_TAG_MAX 47
@@ -350,6 +353,87 @@ SW_API int sw_op_axpy(sw_scalar alpha, sw_buffer *x, sw_buffer *y,
  * bytes of device memory for results (seen in device_free, not in
  * in_use) until the device is closed. */
 SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out);
+
+/* ------------------------------------------------------------------------
+ * Queues, events, host tasks and order records
+ *
+ * A queue is an in-order stream of work on one device (a worker thread on
+ * the simulated device, an OpenCL in-order command queue, a CUDA stream).
+ * Every device has a default queue, which every call without a queue uses.
+ * Work on different queues may run concurrently; spillway itself keeps
+ * memory safe across queues (a buffer first used on a queue waits there
+ * for the default queue's earlier work on it; a spill, free, host read or
+ * write waits on the device for every queue that used the buffer), but
+ * ordering between queues for your own data is yours to state with
+ * events, as an order record does.
+ * ---------------------------------------------------------------------- */
+
+typedef struct sw_queue sw_queue;
+typedef struct sw_event sw_event;
+
+/* A new queue on dev, with one reference.  On the simulated device each
+ * queue also reserves SW_SIM_QUEUE_RESERVE bytes of device memory (as
+ * drivers do), so that leaked queues show in device_free. */
+SW_API int sw_queue_create(sw_device *dev, sw_queue **out);
+SW_API int sw_queue_retain(sw_queue *q);
+/* Drop one reference.  The last one never waits: the queue is destroyed
+ * once its work is done (so it may be dropped from inside one of its own
+ * host tasks).  NULL is a no-op. */
+SW_API int sw_queue_release(sw_queue *q);
+SW_API int sw_queue_device(sw_queue *q, sw_device **dev);
+/* Wait for all work submitted to q so far (without the device lock). */
+SW_API int sw_queue_synchronize(sw_queue *q);
+
+/* An event that completes when all work submitted to q so far has. */
+SW_API int sw_queue_record_event(sw_queue *q, sw_event **out);
+/* Run fn(arg) off the caller's thread once the work submitted to q so far
+ * has completed; *out (may be NULL) completes when fn has returned.  fn
+ * may call any spillway function, including releasing q. */
+SW_API int sw_queue_host_task(sw_queue *q, void (*fn)(void *arg), void *arg,
+                              sw_event **out);
+/* Never blocks: *done = 1 when complete.  An error of the work before
+ * the event is returned (and *done = 1). */
+SW_API int sw_event_query(sw_event *ev, int *done);
+/* Blocks until complete, without any device lock. */
+SW_API int sw_event_wait(sw_event *ev);
+SW_API int sw_event_retain(sw_event *ev);
+/* NULL is a no-op; a second release is SW_ERR_INVALID_HANDLE. */
+SW_API int sw_event_release(sw_event *ev);
+
+/* Queue-taking forms of the operations (the plain forms use the device's
+ * default queue).  q must be on the buffers' device. */
+SW_API int sw_launch_kernel_q(sw_queue *q, const sw_kernel_args *args);
+SW_API int sw_buffer_copy_q(sw_queue *q, sw_buffer *dst, size_t dst_offset,
+                            sw_buffer *src, size_t src_offset, size_t n);
+SW_API int sw_op_fill_q(sw_queue *q, sw_buffer *out, sw_dtype dtype, size_t n,
+                        sw_scalar value);
+SW_API int sw_op_add_q(sw_queue *q, sw_buffer *out, sw_buffer *a,
+                       sw_buffer *b, sw_dtype dtype, size_t n);
+SW_API int sw_op_scale_q(sw_queue *q, sw_buffer *out, sw_buffer *a,
+                         sw_scalar alpha, sw_dtype dtype, size_t n);
+SW_API int sw_op_axpy_q(sw_queue *q, sw_scalar alpha, sw_buffer *x,
+                        sw_buffer *y, sw_dtype dtype, size_t n);
+
+/* An order record: the events of work submitted to one queue and of host
+ * tasks, so that new work can be ordered after them and the host can wait
+ * for them.  Completed events are pruned as new ones arrive.  Not
+ * thread-safe: one owner (the Python layer keeps one per thread). */
+typedef struct sw_order sw_order;
+SW_API int sw_order_create(sw_order **out);
+/* Waits for nothing; releases the events it holds.  NULL is a no-op. */
+SW_API void sw_order_destroy(sw_order *o);
+/* Record ev (retained) as submitted work or as a host task. */
+SW_API int sw_order_add(sw_order *o, sw_event *ev, int host_task);
+/* Counts after pruning completed events (never blocks). */
+SW_API int sw_order_counts(sw_order *o, size_t *submitted,
+                           size_t *host_tasks);
+/* The i-th recorded event (borrowed; valid until the next call on o). */
+SW_API sw_event *sw_order_event(sw_order *o, int host_task, size_t i);
+/* *idle = 1 when every recorded event has completed (never blocks). */
+SW_API int sw_order_idle(sw_order *o, int *idle);
+/* Wait for every recorded event (no lock held), then forget them; the
+ * first error among them is returned. */
+SW_API int sw_order_wait(sw_order *o);
 
 /* ------------------------------------------------------------------------
  * Memory pressure

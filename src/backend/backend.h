@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SW__BACKEND_VERSION 1
+#define SW__BACKEND_VERSION 2
 
 typedef struct sw__bdev sw__bdev;     /* a backend's open device */
 typedef struct sw__bqueue sw__bqueue; /* an in-order queue on it */
@@ -107,6 +107,13 @@ typedef struct sw__backend_ops {
     void (*event_release)(sw__bevent *ev);
     /* Without the device lock: wait for all work on q. */
     int (*synchronize)(sw__bqueue *q);
+
+    /* Version 2. */
+    /* Work enqueued on q after this call waits for ev (recorded on another
+     * queue of the same device).  Never blocks the caller; ev may be
+     * released right after.  NULL in a version-1 table: the core then
+     * waits on the host instead. */
+    int (*wait_event)(sw__bqueue *q, sw__bevent *ev);
 } sw__backend_ops;
 
 /* The backends this build has (NULL-free list in src/core/device.c). */

@@ -95,6 +95,7 @@ typedef enum sim__cmd_kind {
     SIM__CMD_KERNEL,
     SIM__CMD_FREE,
     SIM__CMD_MARKER,
+    SIM__CMD_WAIT,
 } sim__cmd_kind;
 
 typedef struct sim__cmd {
@@ -123,6 +124,7 @@ typedef struct sim__cmd {
         sw_kernel_args kernel;
         sim__block *free;
         sw__bevent *marker;
+        sw__bevent *wait; /* an event of another queue (a reference) */
     } u;
 } sim__cmd;
 
@@ -146,6 +148,7 @@ struct sw__bqueue {
     int stop;
     int worker_running; /* started by the first enqueue (again after fork) */
     pthread_t worker;
+    uintptr_t reserve; /* SW_SIM_QUEUE_RESERVE bytes (not the default's) */
     sw__bqueue *next; /* in dev->queues, under sim__registry_mu */
 };
 
@@ -381,11 +384,12 @@ static sim__block **sim__live_link(sim__arena *ar, uintptr_t mem)
 /* Second half of a free: b has left the live tree (so from then on any
  * command touching it is caught) and is DYING.  Poison it outside the lock,
  * then return it to the free tree merged with its free neighbours. */
-static void sim__arena_release(sim__arena *ar, sim__block *b)
+static void sim__arena_release(sim__arena *ar, sim__block *b, int poison)
 {
     /* No one else touches a DYING block: the allocator skips it and the
      * neighbours cannot merge with it. */
-    memset((void *)b->addr, SIM__POISON, b->size);
+    if (poison)
+        memset((void *)b->addr, SIM__POISON, b->size);
 
     sim__block *gone[2] = {NULL, NULL};
     pthread_mutex_lock(&ar->mu);
@@ -416,6 +420,20 @@ static void sim__arena_release(sim__arena *ar, sim__block *b)
     free(gone[1]);
 }
 
+/* Returns a queue's reservation (never seen by any command, so not
+ * poisoned).  The queue's work is done. */
+static void sim__unreserve(sim__arena *ar, uintptr_t mem)
+{
+    pthread_mutex_lock(&ar->mu);
+    sim__block **link = sim__live_link(ar, mem);
+    sim__block *b = *link;
+    *link = sim__merge(b->left, b->right);
+    b->left = b->right = NULL;
+    b->state = SIM__DYING;
+    pthread_mutex_unlock(&ar->mu);
+    sim__arena_release(ar, b, 0);
+}
+
 /* A queued free, reached by the worker. */
 static void sim__arena_retire(sim__arena *ar, sim__block *b)
 {
@@ -423,7 +441,7 @@ static void sim__arena_retire(sim__arena *ar, sim__block *b)
     sim__treap_remove(&ar->live_root, b, 0);
     b->state = SIM__DYING;
     pthread_mutex_unlock(&ar->mu);
-    sim__arena_release(ar, b);
+    sim__arena_release(ar, b, 1);
 }
 
 /* ------------------------------------------------------------------------
@@ -837,6 +855,17 @@ static void sim__execute(sw__bqueue *q, sim__cmd *c)
     case SIM__CMD_MARKER:
         sim__event_complete(c->u.marker);
         break;
+    case SIM__CMD_WAIT: {
+        /* Another queue's event: this queue stalls until it completes,
+         * as a GPU stream waiting on an event does. */
+        sw__bevent *ev = c->u.wait;
+        pthread_mutex_lock(&ev->mu);
+        while (!ev->done)
+            pthread_cond_wait(&ev->cv, &ev->mu);
+        pthread_mutex_unlock(&ev->mu);
+        sim__event_unref(ev);
+        break;
+    }
     }
 }
 
@@ -1236,7 +1265,7 @@ static int sim_free(sw__bdev *dev, sw__bqueue *q, uintptr_t mem, size_t size)
         b->left = b->right = NULL;
         b->state = SIM__DYING;
         pthread_mutex_unlock(&ar->mu);
-        sim__arena_release(ar, b);
+        sim__arena_release(ar, b, 1);
         return SW_OK;
     }
     b->state = SIM__DOOMED;
@@ -1270,16 +1299,56 @@ static int sim_mem_info(sw__bdev *dev, uint64_t *free_bytes, uint64_t *total,
 
 static sw__bqueue *sim_default_queue(sw__bdev *dev) { return dev->default_q; }
 
+/* Each extra queue reserves device memory, as a driver's command lists
+ * and event pools do (some ~15 MB a queue), so that leaked queues show in
+ * device_free.  The default queue's is part of opening the device. */
 static int sim_queue_create(sw__bdev *dev, sw__bqueue **out)
 {
-    return sim__queue_new(dev, out);
+    uintptr_t reserve = 0;
+    int rc = sim__arena_alloc(&dev->arena, dev->index, SW_SIM_QUEUE_RESERVE,
+                              &reserve);
+    if (rc != SW_OK)
+        return rc;
+    rc = sim__queue_new(dev, out);
+    if (rc != SW_OK) {
+        sim__unreserve(&dev->arena, reserve);
+        return rc;
+    }
+    (*out)->reserve = reserve;
+    return SW_OK;
 }
 
 /* The default queue lives until close. */
 static void sim_queue_destroy(sw__bqueue *q)
 {
-    if (q && q != q->dev->default_q)
-        sim__queue_free(q);
+    if (!q || q == q->dev->default_q)
+        return;
+    sw__bdev *dev = q->dev;
+    uintptr_t reserve = q->reserve;
+    sim__queue_free(q);
+    if (reserve)
+        sim__unreserve(&dev->arena, reserve);
+}
+
+/* q waits for ev: nothing to do if it is complete already. */
+static int sim_wait_event(sw__bqueue *q, sw__bevent *ev)
+{
+    pthread_mutex_lock(&ev->mu);
+    int done = ev->done;
+    if (!done)
+        ev->refs++;
+    pthread_mutex_unlock(&ev->mu);
+    if (done)
+        return SW_OK;
+    sim__cmd *c = sim__cmd_new(q, SIM__CMD_WAIT);
+    int rc = c ? SW_OK : SW_ERR_HOST_OOM;
+    if (c) {
+        c->u.wait = ev;
+        rc = sim__enqueue(q, c, 0);
+    }
+    if (rc != SW_OK)
+        sim__event_unref(ev);
+    return rc;
 }
 
 static int sim_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
@@ -1501,4 +1570,5 @@ const sw__backend_ops sw__sim_backend = {
     .event_wait = sim_event_wait,
     .event_release = sim_event_release,
     .synchronize = sim_synchronize,
+    .wait_event = sim_wait_event,
 };

@@ -62,14 +62,36 @@ int sw__b_read(sw_device *dev, void *dst, uintptr_t src, size_t off,
     return dev->ops->read(dev->q, dst, src, off, n);
 }
 
-int sw__b_copy(sw_device *dev, uintptr_t dst, size_t doff, uintptr_t src,
-               size_t soff, size_t n)
+int sw__b_copy_q(sw_device *dev, sw__bqueue *q, uintptr_t dst, size_t doff,
+                 uintptr_t src, size_t soff, size_t n)
 {
     sw__assert_locked(dev);
     assert(dst != 0 && src != 0 && n > 0);
     if (fault_hits(dev, SW_FAULT_COPY))
         return copy_fault(dev, "device-to-device copy");
-    return dev->ops->copy(dev->q, dst, doff, src, soff, n);
+    return dev->ops->copy(q, dst, doff, src, soff, n);
+}
+
+int sw__b_copy(sw_device *dev, uintptr_t dst, size_t doff, uintptr_t src,
+               size_t soff, size_t n)
+{
+    return sw__b_copy_q(dev, dev->q, dst, doff, src, soff, n);
+}
+
+int sw__b_queue_wait(sw_device *dev, sw__bqueue *q, sw__bqueue *on)
+{
+    sw__assert_locked(dev);
+    sw__bevent *ev = NULL;
+    int rc = dev->ops->event_record(on, &ev);
+    if (rc != SW_OK)
+        return rc;
+    if (dev->ops->wait_event != NULL) {
+        rc = dev->ops->wait_event(q, ev);
+        dev->ops->event_release(ev);
+        return rc;
+    }
+    /* A version-1 backend: wait on the host, without the lock. */
+    return sw__wait_event_locked(dev, ev);
 }
 
 int sw__b_fill(sw_device *dev, uintptr_t dst, size_t off, size_t n,
@@ -80,11 +102,11 @@ int sw__b_fill(sw_device *dev, uintptr_t dst, size_t off, size_t n,
     return dev->ops->fill(dev->q, dst, off, n, pattern, psize);
 }
 
-int sw__b_launch(sw_device *dev, const sw_kernel_args *args)
+int sw__b_launch(sw_device *dev, sw__bqueue *q, const sw_kernel_args *args)
 {
     sw__assert_locked(dev);
     assert(args->n > 0);
-    return dev->ops->launch(dev->q, args);
+    return dev->ops->launch(q, args);
 }
 
 int sw__b_event_record(sw_device *dev, sw__bevent **ev)

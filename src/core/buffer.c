@@ -533,6 +533,15 @@ void sw__maybe_release_locked(sw_device *dev, sw_buffer *base)
         dev->spilled -= base->alloc_size;
     } else {
         dev->in_use -= base->alloc_size;
+        /* The cache hands memory to default-queue work: order it after
+         * other queues' work on this buffer first.  Should even that fail
+         * (no host memory for an event), wait for them here. */
+        if (base->qmask != 0 && sw__order_use_locked(dev, base, NULL)) {
+            for (sw_queue *q = dev->queues; q; q = q->next)
+                if (base->qmask & (UINT64_C(1) << q->id))
+                    (void)dev->ops->synchronize(q->bq);
+            base->qmask = 0;
+        }
         if (base->mem != 0 && !base->external)
             sw__cache_put_locked(dev, base->mem, base->alloc_size);
     }
@@ -756,7 +765,8 @@ SW_API int sw_buffer_read(sw_buffer *buf, size_t offset, void *dst, size_t n)
         base->last_use = ++dev->clock;
         if (base->state == SW_SPILLED)
             memcpy(dst, (char *)base->host + buf->offset + offset, n);
-        else if ((rc = sw__b_read(dev, dst, base->mem, buf->offset + offset,
+        else if ((rc = sw__order_use_locked(dev, base, NULL)) == SW_OK &&
+                 (rc = sw__b_read(dev, dst, base->mem, buf->offset + offset,
                                   n)) == SW_OK)
             rc = finish_transfer_locked(dev, base);
     }
@@ -781,7 +791,8 @@ SW_API int sw_buffer_write(sw_buffer *buf, size_t offset, const void *src,
         base->last_use = ++dev->clock;
         if (base->state == SW_SPILLED)
             memcpy((char *)base->host + buf->offset + offset, src, n);
-        else if ((rc = sw__b_write(dev, base->mem, buf->offset + offset, src,
+        else if ((rc = sw__order_use_locked(dev, base, NULL)) == SW_OK &&
+                 (rc = sw__b_write(dev, base->mem, buf->offset + offset, src,
                                    n)) == SW_OK)
             rc = finish_transfer_locked(dev, base);
     }
@@ -789,13 +800,15 @@ SW_API int sw_buffer_write(sw_buffer *buf, size_t offset, const void *src,
     return rc;
 }
 
-SW_API int sw_buffer_copy(sw_buffer *dst, size_t dst_offset, sw_buffer *src,
-                          size_t src_offset, size_t n)
+static int copy_on(sw_queue *q, sw_buffer *dst, size_t dst_offset,
+                   sw_buffer *src, size_t src_offset, size_t n)
 {
     sw_device *dev;
     int rc = sw__buffer_enter(dst, &dev);
     if (rc != SW_OK)
         return rc;
+    if (q != NULL && (rc = sw__queue_check_locked(dev, q)) != SW_OK)
+        goto out;
     rc = sw__buffer_check_locked(dev, src, "copy source");
     if (rc != SW_OK)
         goto out;
@@ -819,15 +832,30 @@ SW_API int sw_buffer_copy(sw_buffer *dst, size_t dst_offset, sw_buffer *src,
     }
     sw_buffer *args[2] = {src, dst};
     sw_devmem p[2];
-    rc = sw__pin_all_locked(dev, args, 2, p);
+    rc = sw__pin_all_locked(dev, q, args, 2, p);
     if (rc != SW_OK)
         goto out;
-    rc = sw__b_copy(dev, db->mem, doff, sb->mem, soff, n);
+    rc = sw__b_copy_q(dev, q ? q->bq : dev->q, db->mem, doff, sb->mem, soff,
+                      n);
     sw__unpin_locked(dev, sb);
     sw__unpin_locked(dev, db);
 out:
     sw__unlock(dev);
     return rc;
+}
+
+SW_API int sw_buffer_copy(sw_buffer *dst, size_t dst_offset, sw_buffer *src,
+                          size_t src_offset, size_t n)
+{
+    return copy_on(NULL, dst, dst_offset, src, src_offset, n);
+}
+
+SW_API int sw_buffer_copy_q(sw_queue *q, sw_buffer *dst, size_t dst_offset,
+                            sw_buffer *src, size_t src_offset, size_t n)
+{
+    if (q == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "queue is NULL");
+    return copy_on(q, dst, dst_offset, src, src_offset, n);
 }
 
 SW_API int sw_buffer_fill(sw_buffer *buf, size_t offset, size_t n,
@@ -852,7 +880,7 @@ SW_API int sw_buffer_fill(sw_buffer *buf, size_t offset, size_t n,
     } else if (n > 0) {
         sw_buffer *base = buf->base;
         sw_devmem p;
-        rc = sw__pin_all_locked(dev, &buf, 1, &p);
+        rc = sw__pin_all_locked(dev, NULL, &buf, 1, &p);
         if (rc == SW_OK) {
             rc = sw__b_fill(dev, base->mem, buf->offset + offset, n, pattern,
                             pattern_size);

@@ -171,6 +171,9 @@ static void reset_state(sw_device *dev)
     dev->alloc_retries = dev->ooms = dev->gc_runs = 0;
     dev->clock = 0;
     dev->heap_len = 0;
+    dev->queues = NULL;
+    dev->live_queues = 0;
+    dev->qids = 0;
     dev->heap_bytes = 0;
     memset(dev->callbacks, 0, sizeof dev->callbacks);
     dev->live = NULL;
@@ -276,14 +279,18 @@ SW_API int sw_device_close(sw_device *dev)
         pthread_mutex_unlock(&registry_lock);
         return SW_OK;
     }
-    if (dev->live_count > 0 || dev->scope_first != NULL) {
+    /* Dead queues still running work are waited for here. */
+    sw__reap_queues_locked(dev, true);
+    if (dev->live_count > 0 || dev->scope_first != NULL ||
+        dev->live_queues > 0) {
         size_t scopes = 0;
         for (sw_peak_scope *s = dev->scope_first; s; s = s->next)
             scopes++;
         rc = sw__errorf(SW_ERR_BUSY, "%s: cannot close the device: %zu "
-                        "buffer%s and %zu peak scope%s still live",
-                        dev->name, dev->live_count,
-                        dev->live_count == 1 ? "" : "s", scopes,
+                        "buffer%s, %zu queue%s and %zu peak scope%s still "
+                        "live", dev->name, dev->live_count,
+                        dev->live_count == 1 ? "" : "s", dev->live_queues,
+                        dev->live_queues == 1 ? "" : "s", scopes,
                         scopes == 1 ? "" : "s");
         sw__unlock(dev);
         pthread_mutex_unlock(&registry_lock);
@@ -350,7 +357,33 @@ SW_API int sw_device_synchronize(sw_device *dev)
     int rc = sw__device_enter(dev);
     if (rc != SW_OK)
         return rc;
-    rc = sw__wait_idle_locked(dev);
+    /* Every queue's work: events recorded under the lock (they outlive
+     * their queues), waited for without it. */
+    size_t n = 0;
+    for (sw_queue *q = dev->queues; q; q = q->next)
+        n++;
+    sw__bevent **evs = n ? calloc(n, sizeof *evs) : NULL;
+    size_t k = 0;
+    for (sw_queue *q = dev->queues; evs && q; q = q->next)
+        if (dev->ops->event_record(q->bq, &evs[k]) == SW_OK)
+            k++;
+    const sw__backend_ops *ops = dev->ops;
+    sw__unlock(dev);
+    for (size_t i = 0; i < k; i++) {
+        int r = ops->event_wait(evs[i]);
+        ops->event_release(evs[i]);
+        if (rc == SW_OK)
+            rc = r;
+    }
+    free(evs);
+    sw__lock(dev);
+    if (n > 0 && evs == NULL)
+        rc = sw__errorf(SW_ERR_HOST_OOM, "no host memory to wait for %zu "
+                        "queues", n);
+    int r = sw__wait_idle_locked(dev);
+    if (rc == SW_OK)
+        rc = r;
+    sw__reap_queues_locked(dev, false);
     sw__unlock(dev);
     return rc;
 }

@@ -60,6 +60,9 @@ struct sw_buffer {
     uint64_t heap_key; /* last_use when last placed in the LRU heap */
     size_t heap_idx;   /* SW__NOT_IN_HEAP when not spillable now */
     sw_buffer *tmp_next; /* victim lists while spilling */
+    /* (base) Queues other than the default that used it since the default
+     * queue last waited for them: bit k is queue id k (see sw_queue). */
+    uint64_t qmask;
     sw_buffer *live_prev, *live_next; /* dev->live list of bases */
     char tag[SW_TAG_MAX + 1];
 
@@ -156,6 +159,9 @@ struct sw_device {
     size_t hpool_n;
     uint64_t hpool_bytes;
     sw__callback callbacks[SW_MAX_PRESSURE_CALLBACKS];
+    sw_queue *queues; /* live and dying queues */
+    size_t live_queues;
+    uint64_t qids; /* ids in use (bit k) */
     sw_buffer *live; /* live base buffers */
     size_t live_count;
     sw_peak_scope *scope_first, *scope_last;
@@ -165,6 +171,65 @@ struct sw_device {
     uintptr_t scratch; /* SW_ALLOC_GRANULARITY bytes, or 0 */
     uint64_t scratch_used; /* bitmap of SW__SCRATCH_SLOTS */
 };
+
+/* ------------------------------------------------------------------------
+ * Queues and events (queue.c)
+ * ---------------------------------------------------------------------- */
+
+/* Queue ids 1..62 are a queue's own; id 63 is shared by every queue
+ * created while those are taken (and so stands for all of them). */
+#define SW__QID_SHARED 63
+
+typedef struct sw__task {
+    struct sw__task *next;
+    sw__bevent *after; /* the queue's work before the task */
+    void (*fn)(void *);
+    void *arg;
+    sw_event *done; /* completed when fn returns */
+} sw__task;
+
+struct sw_queue {
+    _Atomic uint32_t magic;
+    sw_device *dev;
+    sw__bqueue *bq;
+    uint32_t refs; /* under the device lock */
+    int id;
+    bool dying; /* last reference gone; destroyed once idle */
+    sw_queue *prev, *next; /* dev->queues */
+    /* Host tasks run in order on the queue's own runner thread, started
+     * at the first task.  `tlock` is a leaf lock. */
+    pthread_mutex_t tlock;
+    pthread_cond_t tcv;
+    sw__task *thead, *ttail;
+    size_t tpending; /* queued or running */
+    bool runner_started, stop;
+    pthread_t runner;
+};
+
+struct sw_event {
+    _Atomic uint32_t magic;
+    _Atomic uint32_t refs;
+    const sw__backend_ops *ops;
+    sw__bevent *bev; /* a backend event; NULL for a host task's */
+    /* A host task's completion. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int rc;
+    sw_event *pool_next;
+};
+
+/* Make base usable by work on q (NULL: the default queue): orders q
+ * after the default queue's earlier work on it, or the default queue
+ * after other queues' work on it.  Never blocks. */
+int sw__order_use_locked(sw_device *dev, sw_buffer *base, sw_queue *q);
+/* Validate q and take its device's lock (a dying queue is refused). */
+int sw__queue_enter(sw_queue *q);
+/* Validate q as a live queue of dev, whose lock is held. */
+int sw__queue_check_locked(sw_device *dev, sw_queue *q);
+/* Destroy the dying queues whose work is done (drops and re-takes the
+ * lock); with wait, wait for their work first. */
+void sw__reap_queues_locked(sw_device *dev, bool wait);
 
 /* Lock helpers; the owner fields back sw__assert_locked. */
 void sw__lock(sw_device *dev);
@@ -200,10 +265,11 @@ void sw__cache_put_locked(sw_device *dev, uintptr_t mem, size_t size);
  * request is the caller's size, for messages.  May release the lock. */
 int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
                       const char *tag, uintptr_t *mem);
-/* Make n buffers resident and pin them (launch.c); fills ptrs if not
- * NULL.  On failure nothing stays pinned. */
-int sw__pin_all_locked(sw_device *dev, sw_buffer *const *bufs, size_t n,
-                       sw_devmem *ptrs);
+/* Make n buffers resident and pin them for work on q (NULL: the default
+ * queue) (launch.c); fills ptrs if not NULL.  On failure nothing stays
+ * pinned. */
+int sw__pin_all_locked(sw_device *dev, sw_queue *q, sw_buffer *const *bufs,
+                       size_t n, sw_devmem *ptrs);
 /* Run the pressure callbacks; true if one may have freed memory. */
 bool sw__run_callbacks_locked(sw_device *dev, size_t bytes);
 
@@ -252,7 +318,11 @@ int sw__b_copy(sw_device *dev, uintptr_t dst, size_t doff, uintptr_t src,
                size_t soff, size_t n);
 int sw__b_fill(sw_device *dev, uintptr_t dst, size_t off, size_t n,
                const void *pattern, size_t psize);
-int sw__b_launch(sw_device *dev, const sw_kernel_args *args);
+int sw__b_launch(sw_device *dev, sw__bqueue *q, const sw_kernel_args *args);
+int sw__b_copy_q(sw_device *dev, sw__bqueue *q, uintptr_t dst, size_t doff,
+                 uintptr_t src, size_t soff, size_t n);
+/* q waits (on the device) for everything queued on `on` so far. */
+int sw__b_queue_wait(sw_device *dev, sw__bqueue *q, sw__bqueue *on);
 int sw__b_event_record(sw_device *dev, sw__bevent **ev);
 int sw__b_mem_info(sw_device *dev, uint64_t *free, uint64_t *total,
                    int *known);

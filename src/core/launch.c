@@ -60,8 +60,8 @@ static int arg_error(sw_device *dev, sw_buffer *b, size_t i)
     return rc;
 }
 
-int sw__pin_all_locked(sw_device *dev, sw_buffer *const *bufs, size_t n,
-                       sw_devmem *ptrs)
+int sw__pin_all_locked(sw_device *dev, sw_queue *q, sw_buffer *const *bufs,
+                       size_t n, sw_devmem *ptrs)
 {
     int rc = SW_OK;
     bool checked_fit = false;
@@ -88,6 +88,12 @@ int sw__pin_all_locked(sw_device *dev, sw_buffer *const *bufs, size_t n,
             base->pins++;
         }
         base->last_use = ++dev->clock;
+        /* Safe across queues (queue.c); a no-op in the common case. */
+        if ((q != NULL || base->qmask != 0) &&
+            (rc = sw__order_use_locked(dev, base, q)) != SW_OK) {
+            i++; /* this one is pinned too */
+            break;
+        }
     }
     if (rc != SW_OK) {
         while (i-- > 0)
@@ -114,7 +120,7 @@ SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
     int rc = sw__device_enter(dev);
     if (rc != SW_OK)
         return rc;
-    rc = sw__pin_all_locked(dev, bufs, n, ptrs);
+    rc = sw__pin_all_locked(dev, NULL, bufs, n, ptrs);
     sw__unlock(dev);
     if (rc != SW_OK && ptrs != NULL)
         memset(ptrs, 0, n * sizeof *ptrs);
@@ -166,6 +172,21 @@ static int check_kernel(const sw_kernel_args *a)
     return SW_OK;
 }
 
+static int launch_kernel(sw_device *dev, sw_queue *q,
+                         const sw_kernel_args *args)
+{
+    sw__bqueue *bq = q ? q->bq : dev->q;
+    if (args->n > 0)
+        return sw__b_launch(dev, bq, args);
+    if (args->kernel == SW_KERNEL_SUM) {
+        /* The sum of nothing is 0; backends only see n > 0. */
+        static const uint64_t zero = 0;
+        return dev->ops->fill(bq, args->out.base, args->out.offset, 8, &zero,
+                              8);
+    }
+    return SW_OK;
+}
+
 SW_API int sw_launch_kernel(sw_device *dev, const sw_kernel_args *args)
 {
     int rc = check_kernel(args);
@@ -174,14 +195,21 @@ SW_API int sw_launch_kernel(sw_device *dev, const sw_kernel_args *args)
     rc = sw__device_enter(dev);
     if (rc != SW_OK)
         return rc;
-    if (args->n > 0) {
-        rc = sw__b_launch(dev, args);
-    } else if (args->kernel == SW_KERNEL_SUM) {
-        /* The sum of nothing is 0; backends only see n > 0. */
-        static const uint64_t zero = 0;
-        rc = sw__b_fill(dev, args->out.base, args->out.offset, 8, &zero, 8);
-    }
+    rc = launch_kernel(dev, NULL, args);
     sw__unlock(dev);
+    return rc;
+}
+
+SW_API int sw_launch_kernel_q(sw_queue *q, const sw_kernel_args *args)
+{
+    int rc = check_kernel(args);
+    if (rc != SW_OK)
+        return rc;
+    rc = sw__queue_enter(q);
+    if (rc != SW_OK)
+        return rc;
+    rc = launch_kernel(q->dev, q, args);
+    sw__unlock(q->dev);
     return rc;
 }
 
@@ -214,20 +242,22 @@ static int check_operands_locked(sw_device *dev, sw_buffer *const *bufs,
 
 /* One lock acquisition: check, pin, queue, unpin.  Unpinning right after
  * queueing is safe: frees and reuse are stream-ordered after the kernel. */
-static int run_op(sw_kernel k, sw_buffer *out, sw_buffer *a, sw_buffer *b,
-                  sw_scalar alpha, sw_dtype dtype, size_t n)
+static int run_op(sw_queue *q, sw_kernel k, sw_buffer *out, sw_buffer *a,
+                  sw_buffer *b, sw_scalar alpha, sw_dtype dtype, size_t n)
 {
     sw_device *dev;
     int rc = sw__buffer_enter(out, &dev);
     if (rc != SW_OK)
         return rc;
+    if (q != NULL && (rc = sw__queue_check_locked(dev, q)) != SW_OK)
+        goto out;
     sw_buffer *bufs[3] = {out, a, b};
     size_t nbufs = b ? 3 : a ? 2 : 1;
     rc = check_operands_locked(dev, bufs, nbufs, dtype, n);
     if (rc != SW_OK || n == 0)
         goto out;
     sw_devmem p[3];
-    rc = sw__pin_all_locked(dev, bufs, nbufs, p);
+    rc = sw__pin_all_locked(dev, q, bufs, nbufs, p);
     if (rc != SW_OK)
         goto out;
     sw_kernel_args args;
@@ -241,7 +271,7 @@ static int run_op(sw_kernel k, sw_buffer *out, sw_buffer *a, sw_buffer *b,
     if (b)
         args.b = p[2];
     args.alpha = alpha;
-    rc = sw__b_launch(dev, &args);
+    rc = sw__b_launch(dev, q ? q->bq : dev->q, &args);
     for (size_t i = 0; i < nbufs; i++)
         sw__unpin_locked(dev, bufs[i]->base);
 out:
@@ -252,7 +282,7 @@ out:
 SW_API int sw_op_fill(sw_buffer *out, sw_dtype dtype, size_t n,
                       sw_scalar value)
 {
-    return run_op(SW_KERNEL_FILL, out, NULL, NULL, value, dtype, n);
+    return run_op(NULL, SW_KERNEL_FILL, out, NULL, NULL, value, dtype, n);
 }
 
 SW_API int sw_op_add(sw_buffer *out, sw_buffer *a, sw_buffer *b,
@@ -261,7 +291,7 @@ SW_API int sw_op_add(sw_buffer *out, sw_buffer *a, sw_buffer *b,
     if (a == NULL || b == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "operand is NULL");
     sw_scalar zero = {.i = 0};
-    return run_op(SW_KERNEL_ADD, out, a, b, zero, dtype, n);
+    return run_op(NULL, SW_KERNEL_ADD, out, a, b, zero, dtype, n);
 }
 
 SW_API int sw_op_scale(sw_buffer *out, sw_buffer *a, sw_scalar alpha,
@@ -269,7 +299,7 @@ SW_API int sw_op_scale(sw_buffer *out, sw_buffer *a, sw_scalar alpha,
 {
     if (a == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "operand is NULL");
-    return run_op(SW_KERNEL_SCALE, out, a, NULL, alpha, dtype, n);
+    return run_op(NULL, SW_KERNEL_SCALE, out, a, NULL, alpha, dtype, n);
 }
 
 SW_API int sw_op_axpy(sw_scalar alpha, sw_buffer *x, sw_buffer *y,
@@ -277,7 +307,52 @@ SW_API int sw_op_axpy(sw_scalar alpha, sw_buffer *x, sw_buffer *y,
 {
     if (x == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "operand is NULL");
-    return run_op(SW_KERNEL_AXPY, y, x, NULL, alpha, dtype, n);
+    return run_op(NULL, SW_KERNEL_AXPY, y, x, NULL, alpha, dtype, n);
+}
+
+/* The same on a queue.  A NULL queue is an error here (not the default),
+ * so that a lost handle is not silently taken for the default queue. */
+static int need_queue(sw_queue *q)
+{
+    return q == NULL ? sw__errorf(SW_ERR_INVALID_ARG, "queue is NULL")
+                     : SW_OK;
+}
+
+SW_API int sw_op_fill_q(sw_queue *q, sw_buffer *out, sw_dtype dtype, size_t n,
+                        sw_scalar value)
+{
+    int rc = need_queue(q);
+    return rc ? rc : run_op(q, SW_KERNEL_FILL, out, NULL, NULL, value, dtype,
+                            n);
+}
+
+SW_API int sw_op_add_q(sw_queue *q, sw_buffer *out, sw_buffer *a,
+                       sw_buffer *b, sw_dtype dtype, size_t n)
+{
+    if (a == NULL || b == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "operand is NULL");
+    sw_scalar zero = {.i = 0};
+    int rc = need_queue(q);
+    return rc ? rc : run_op(q, SW_KERNEL_ADD, out, a, b, zero, dtype, n);
+}
+
+SW_API int sw_op_scale_q(sw_queue *q, sw_buffer *out, sw_buffer *a,
+                         sw_scalar alpha, sw_dtype dtype, size_t n)
+{
+    if (a == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "operand is NULL");
+    int rc = need_queue(q);
+    return rc ? rc : run_op(q, SW_KERNEL_SCALE, out, a, NULL, alpha, dtype,
+                            n);
+}
+
+SW_API int sw_op_axpy_q(sw_queue *q, sw_scalar alpha, sw_buffer *x,
+                        sw_buffer *y, sw_dtype dtype, size_t n)
+{
+    if (x == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "operand is NULL");
+    int rc = need_queue(q);
+    return rc ? rc : run_op(q, SW_KERNEL_AXPY, y, x, NULL, alpha, dtype, n);
 }
 
 /* A slot of the device's scratch block, or -1 when all are busy.  The
@@ -330,7 +405,7 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
         dst.offset = 0;
     }
     sw_devmem src;
-    rc = sw__pin_all_locked(dev, &a, 1, &src);
+    rc = sw__pin_all_locked(dev, NULL, &a, 1, &src);
     if (rc != SW_OK)
         goto release;
     sw_kernel_args args;
@@ -341,7 +416,7 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
     args.a = src;
     args.out = dst;
     sw_scalar result = {.i = 0};
-    rc = sw__b_launch(dev, &args);
+    rc = sw__b_launch(dev, dev->q, &args);
     if (rc == SW_OK)
         rc = sw__b_read(dev, &result, dst.base, dst.offset, sizeof result);
     if (rc == SW_OK) {

@@ -216,6 +216,12 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
             skipped = b;
             continue;
         }
+        /* Other queues' work on it first (never blocks). */
+        if (b->qmask != 0 && (rc = sw__order_use_locked(dev, b, NULL))) {
+            b->tmp_next = skipped;
+            skipped = b;
+            break;
+        }
         void *host = sw__host_get_locked(dev, b->size);
         if (host == NULL) {
             b->tmp_next = skipped;

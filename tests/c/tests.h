@@ -126,7 +126,18 @@
     X(spill_fault_restore)                                                    \
     X(spill_fault_nth)                                                        \
     X(pressure_callback_frees)                                                \
-    X(thread_spill_model)
+    X(thread_spill_model)                                                     \
+    /* test-queue.c */                                                        \
+    X(queue_basics)                                                           \
+    X(queue_close_busy)                                                       \
+    X(queue_ops_ordered_for_host)                                             \
+    X(queue_free_while_queued)                                                \
+    X(queue_spill_waits_for_queue)                                            \
+    X(queue_host_task)                                                        \
+    X(queue_released_inside_host_task)                                        \
+    X(queue_churn_bounded)                                                    \
+    X(order_record)                                                           \
+    X(thread_queues)
 
 #define SW__DECLARE_TEST(name) void test_##name(void);
 SW_TEST_LIST(SW__DECLARE_TEST)

@@ -1,0 +1,689 @@
+/*
+ * queue.c -- queues, events, host tasks, order records, and the ordering
+ * that keeps memory safe across queues.
+ *
+ * Memory safety across queues.  Work on one queue is ordered; work on two
+ * queues is not, yet both may touch one buffer, and freed memory is reused.
+ * Each base buffer keeps `qmask`, the queues other than the default that
+ * used it since the default queue last waited for them:
+ *  - the first use of a buffer on queue q (bit clear) makes q wait, on the
+ *    device, for the default queue's work so far (which covers writes,
+ *    fills, restores and earlier users of the memory), and sets the bit;
+ *  - anything the default queue does to a buffer with bits set (a host
+ *    transfer, a spill, the free that hands its memory to the cache) first
+ *    makes the default queue wait for those queues, and clears the bits.
+ * Neither blocks the caller: they are device-side waits.
+ */
+#include "core/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SW__QUEUE_MAGIC 0x53575155u /* "SWQU" */
+#define SW__EVENT_MAGIC 0x53574556u /* "SWEV" */
+
+/* ------------------------------------------------------------------------
+ * Events
+ *
+ * Event structs are type-stable (never freed; reused after a quarantine)
+ * so that a released event handle is detected, not read after free.
+ * ---------------------------------------------------------------------- */
+
+#define EVENT_QUARANTINE 256u
+
+static pthread_mutex_t event_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static sw_event *event_head, *event_tail;
+static size_t event_free;
+
+static sw_event *event_new(const sw__backend_ops *ops, sw__bevent *bev)
+{
+    sw_event *e = NULL;
+    pthread_mutex_lock(&event_pool_lock);
+    if (event_free > EVENT_QUARANTINE) {
+        e = event_head;
+        event_head = e->pool_next;
+        if (event_head == NULL)
+            event_tail = NULL;
+        event_free--;
+    }
+    pthread_mutex_unlock(&event_pool_lock);
+    if (e == NULL) {
+        e = calloc(1, sizeof *e);
+        if (e == NULL)
+            return NULL;
+        pthread_mutex_init(&e->mu, NULL);
+        pthread_cond_init(&e->cv, NULL);
+    }
+    e->ops = ops;
+    e->bev = bev;
+    e->done = false;
+    e->rc = SW_OK;
+    e->pool_next = NULL;
+    atomic_store_explicit(&e->refs, 1, memory_order_relaxed);
+    atomic_store_explicit(&e->magic, SW__EVENT_MAGIC, memory_order_release);
+    return e;
+}
+
+static void event_unref(sw_event *e)
+{
+    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    atomic_store_explicit(&e->magic, 0, memory_order_release);
+    if (e->bev != NULL)
+        e->ops->event_release(e->bev);
+    e->bev = NULL;
+    pthread_mutex_lock(&event_pool_lock);
+    if (event_tail)
+        event_tail->pool_next = e;
+    else
+        event_head = e;
+    event_tail = e;
+    event_free++;
+    pthread_mutex_unlock(&event_pool_lock);
+}
+
+static int event_check(sw_event *e)
+{
+    if (e == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "event is NULL");
+    if (atomic_load_explicit(&e->magic, memory_order_acquire) !=
+        SW__EVENT_MAGIC)
+        return sw__errorf(SW_ERR_INVALID_HANDLE, "event %p was released or "
+                          "is not a spillway event", (void *)e);
+    return SW_OK;
+}
+
+static void event_complete(sw_event *e, int rc)
+{
+    pthread_mutex_lock(&e->mu);
+    e->done = true;
+    e->rc = rc;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+SW_API int sw_event_query(sw_event *ev, int *done)
+{
+    if (done == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "done is NULL");
+    *done = 0;
+    int rc = event_check(ev);
+    if (rc != SW_OK)
+        return rc;
+    if (ev->bev != NULL) {
+        rc = ev->ops->event_query(ev->bev, done);
+        if (rc != SW_OK)
+            *done = 1;
+        return rc;
+    }
+    pthread_mutex_lock(&ev->mu);
+    *done = ev->done;
+    rc = ev->done ? ev->rc : SW_OK;
+    pthread_mutex_unlock(&ev->mu);
+    return rc;
+}
+
+SW_API int sw_event_wait(sw_event *ev)
+{
+    int rc = event_check(ev);
+    if (rc != SW_OK)
+        return rc;
+    if (ev->bev != NULL)
+        return ev->ops->event_wait(ev->bev);
+    pthread_mutex_lock(&ev->mu);
+    while (!ev->done)
+        pthread_cond_wait(&ev->cv, &ev->mu);
+    rc = ev->rc;
+    pthread_mutex_unlock(&ev->mu);
+    return rc;
+}
+
+SW_API int sw_event_retain(sw_event *ev)
+{
+    int rc = event_check(ev);
+    if (rc == SW_OK)
+        atomic_fetch_add_explicit(&ev->refs, 1, memory_order_relaxed);
+    return rc;
+}
+
+SW_API int sw_event_release(sw_event *ev)
+{
+    if (ev == NULL)
+        return SW_OK;
+    int rc = event_check(ev);
+    if (rc == SW_OK)
+        event_unref(ev);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Queue handles
+ * ---------------------------------------------------------------------- */
+
+int sw__queue_enter(sw_queue *q)
+{
+    if (q == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "queue is NULL");
+    if (atomic_load_explicit(&q->magic, memory_order_acquire) !=
+        SW__QUEUE_MAGIC)
+        return sw__errorf(SW_ERR_INVALID_HANDLE, "queue %p was released or "
+                          "is not a spillway queue", (void *)q);
+    int rc = sw__device_enter(q->dev);
+    if (rc != SW_OK)
+        return rc;
+    if (q->dying) {
+        sw__unlock(q->dev);
+        return sw__errorf(SW_ERR_INVALID_HANDLE, "queue %p was released",
+                          (void *)q);
+    }
+    return SW_OK;
+}
+
+int sw__queue_check_locked(sw_device *dev, sw_queue *q)
+{
+    sw__assert_locked(dev);
+    if (q == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "queue is NULL");
+    if (atomic_load_explicit(&q->magic, memory_order_acquire) !=
+            SW__QUEUE_MAGIC ||
+        q->dying)
+        return sw__errorf(SW_ERR_INVALID_HANDLE, "queue %p was released or "
+                          "is not a spillway queue", (void *)q);
+    if (q->dev != dev)
+        return sw__errorf(SW_ERR_INVALID_ARG, "the queue is on %s, the "
+                          "buffers on %s", q->dev->name, dev->name);
+    return SW_OK;
+}
+
+/* Queue structs are type-stable like every handle: a destroyed queue's
+ * struct waits behind QUEUE_QUARANTINE others before reuse, so a stale
+ * handle reads a cleared magic rather than freed memory. */
+#define QUEUE_QUARANTINE 64u
+
+static pthread_mutex_t queue_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static sw_queue *queue_pool_head, *queue_pool_tail;
+static size_t queue_pool_len;
+
+static sw_queue *queue_struct_get(void)
+{
+    sw_queue *q = NULL;
+    pthread_mutex_lock(&queue_pool_lock);
+    if (queue_pool_len > QUEUE_QUARANTINE) {
+        q = queue_pool_head;
+        queue_pool_head = q->next;
+        if (queue_pool_head == NULL)
+            queue_pool_tail = NULL;
+        queue_pool_len--;
+    }
+    pthread_mutex_unlock(&queue_pool_lock);
+    if (q == NULL)
+        return calloc(1, sizeof *q);
+    memset((char *)q + sizeof q->magic, 0, sizeof *q - sizeof q->magic);
+    return q;
+}
+
+static void queue_struct_put(sw_queue *q)
+{
+    atomic_store_explicit(&q->magic, 0, memory_order_release);
+    pthread_mutex_lock(&queue_pool_lock);
+    q->next = NULL;
+    if (queue_pool_tail)
+        queue_pool_tail->next = q;
+    else
+        queue_pool_head = q;
+    queue_pool_tail = q;
+    queue_pool_len++;
+    pthread_mutex_unlock(&queue_pool_lock);
+}
+
+static int take_qid_locked(sw_device *dev)
+{
+    for (int k = 1; k < SW__QID_SHARED; k++) {
+        if (!(dev->qids & (UINT64_C(1) << k))) {
+            dev->qids |= UINT64_C(1) << k;
+            return k;
+        }
+    }
+    return SW__QID_SHARED;
+}
+
+SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
+{
+    if (out == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    sw_queue *q = queue_struct_get();
+    if (q == NULL)
+        return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a queue");
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK) {
+        queue_struct_put(q);
+        return rc;
+    }
+    /* Dead queues are destroyed here, so a loop that creates queues keeps
+     * only those with work still running. */
+    sw__reap_queues_locked(dev, false);
+    rc = dev->ops->queue_create(dev->b, &q->bq);
+    if (rc != SW_OK) {
+        sw__unlock(dev);
+        queue_struct_put(q);
+        return rc;
+    }
+    q->dev = dev;
+    q->refs = 1;
+    q->id = take_qid_locked(dev);
+    pthread_mutex_init(&q->tlock, NULL);
+    pthread_cond_init(&q->tcv, NULL);
+    q->next = dev->queues;
+    if (dev->queues)
+        dev->queues->prev = q;
+    dev->queues = q;
+    dev->live_queues++;
+    atomic_store_explicit(&q->magic, SW__QUEUE_MAGIC, memory_order_release);
+    sw__unlock(dev);
+    *out = q;
+    return SW_OK;
+}
+
+SW_API int sw_queue_retain(sw_queue *q)
+{
+    int rc = sw__queue_enter(q);
+    if (rc != SW_OK)
+        return rc;
+    q->refs++;
+    sw__unlock(q->dev);
+    return SW_OK;
+}
+
+SW_API int sw_queue_release(sw_queue *q)
+{
+    if (q == NULL)
+        return SW_OK;
+    int rc = sw__queue_enter(q);
+    if (rc != SW_OK)
+        return rc;
+    sw_device *dev = q->dev;
+    if (--q->refs == 0) {
+        /* Never wait here: the last reference is often dropped inside
+         * one of the queue's own host tasks. */
+        q->dying = true;
+        dev->live_queues--;
+    }
+    sw__unlock(dev);
+    return SW_OK;
+}
+
+SW_API int sw_queue_device(sw_queue *q, sw_device **dev)
+{
+    if (dev == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "dev is NULL");
+    *dev = NULL;
+    int rc = sw__queue_enter(q);
+    if (rc != SW_OK)
+        return rc;
+    *dev = q->dev;
+    sw__unlock(q->dev);
+    return SW_OK;
+}
+
+SW_API int sw_queue_record_event(sw_queue *q, sw_event **out)
+{
+    if (out == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    int rc = sw__queue_enter(q);
+    if (rc != SW_OK)
+        return rc;
+    sw_device *dev = q->dev;
+    sw__bevent *bev = NULL;
+    rc = dev->ops->event_record(q->bq, &bev);
+    if (rc == SW_OK) {
+        *out = event_new(dev->ops, bev);
+        if (*out == NULL) {
+            dev->ops->event_release(bev);
+            rc = sw__errorf(SW_ERR_HOST_OOM, "no host memory for an event");
+        }
+    }
+    sw__unlock(dev);
+    return rc;
+}
+
+SW_API int sw_queue_synchronize(sw_queue *q)
+{
+    sw_event *ev = NULL;
+    int rc = sw_queue_record_event(q, &ev);
+    if (rc != SW_OK)
+        return rc;
+    rc = sw_event_wait(ev);
+    event_unref(ev);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Host tasks
+ * ---------------------------------------------------------------------- */
+
+static void *runner_main(void *arg)
+{
+    sw_queue *q = arg;
+    const sw__backend_ops *ops = q->dev->ops;
+    pthread_mutex_lock(&q->tlock);
+    for (;;) {
+        while (q->thead == NULL && !q->stop)
+            pthread_cond_wait(&q->tcv, &q->tlock);
+        sw__task *t = q->thead;
+        if (t == NULL)
+            break; /* stopping, nothing left */
+        q->thead = t->next;
+        if (q->thead == NULL)
+            q->ttail = NULL;
+        pthread_mutex_unlock(&q->tlock);
+
+        /* No lock is held while waiting or running the task: fn may call
+         * anything, including releasing this queue. */
+        int rc = ops->event_wait(t->after);
+        ops->event_release(t->after);
+        t->fn(t->arg);
+        event_complete(t->done, rc);
+        event_unref(t->done);
+        free(t);
+
+        pthread_mutex_lock(&q->tlock);
+        q->tpending--;
+        pthread_cond_broadcast(&q->tcv);
+    }
+    pthread_mutex_unlock(&q->tlock);
+    return NULL;
+}
+
+SW_API int sw_queue_host_task(sw_queue *q, void (*fn)(void *arg), void *arg,
+                              sw_event **out)
+{
+    if (out != NULL)
+        *out = NULL;
+    if (fn == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "fn is NULL");
+    sw__task *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a task");
+    int rc = sw__queue_enter(q);
+    if (rc != SW_OK) {
+        free(t);
+        return rc;
+    }
+    sw_device *dev = q->dev;
+    t->fn = fn;
+    t->arg = arg;
+    t->done = event_new(dev->ops, NULL);
+    if (t->done == NULL) {
+        rc = sw__errorf(SW_ERR_HOST_OOM, "no host memory for an event");
+        goto fail;
+    }
+    if (out != NULL)
+        atomic_fetch_add_explicit(&t->done->refs, 1, memory_order_relaxed);
+    rc = dev->ops->event_record(q->bq, &t->after);
+    if (rc != SW_OK)
+        goto fail;
+    sw_event *done = t->done; /* t is the runner's once queued */
+    pthread_mutex_lock(&q->tlock);
+    if (!q->runner_started) {
+        if (pthread_create(&q->runner, NULL, runner_main, q) != 0) {
+            pthread_mutex_unlock(&q->tlock);
+            dev->ops->event_release(t->after);
+            rc = sw__errorf(SW_ERR_HOST_OOM, "cannot start a host-task "
+                            "thread");
+            goto fail;
+        }
+        q->runner_started = true;
+    }
+    if (q->ttail)
+        q->ttail->next = t;
+    else
+        q->thead = t;
+    q->ttail = t;
+    q->tpending++;
+    pthread_cond_signal(&q->tcv);
+    pthread_mutex_unlock(&q->tlock);
+    sw__unlock(dev);
+    if (out != NULL)
+        *out = done;
+    return SW_OK;
+fail:
+    if (t->done != NULL) {
+        if (out != NULL)
+            event_unref(t->done);
+        event_unref(t->done);
+    }
+    sw__unlock(dev);
+    free(t);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Destroying dead queues
+ * ---------------------------------------------------------------------- */
+
+static bool queue_idle(sw_queue *q)
+{
+    pthread_mutex_lock(&q->tlock);
+    bool idle = q->tpending == 0;
+    bool self = q->runner_started && pthread_equal(q->runner, pthread_self());
+    pthread_mutex_unlock(&q->tlock);
+    if (!idle || self)
+        return false;
+    sw__bevent *ev = NULL;
+    int done = 0;
+    if (q->dev->ops->event_record(q->bq, &ev) != SW_OK)
+        return false;
+    (void)q->dev->ops->event_query(ev, &done);
+    q->dev->ops->event_release(ev);
+    return done != 0;
+}
+
+/* Clears a dead queue's bit from every buffer, so that a new queue given
+ * the same id is not taken for one that already waited. */
+static void forget_qid_locked(sw_device *dev, int id)
+{
+    if (id == SW__QID_SHARED) {
+        for (sw_queue *q = dev->queues; q; q = q->next)
+            if (q->id == SW__QID_SHARED)
+                return; /* still stands for a live queue */
+    }
+    uint64_t bit = UINT64_C(1) << id;
+    for (sw_buffer *b = dev->live; b; b = b->live_next)
+        b->qmask &= ~bit;
+    dev->qids &= ~bit;
+}
+
+void sw__reap_queues_locked(sw_device *dev, bool wait)
+{
+    sw__assert_locked(dev);
+    sw_queue *dead = NULL;
+    for (sw_queue *q = dev->queues, *next; q; q = next) {
+        next = q->next;
+        if (!q->dying)
+            continue;
+        if (wait && !queue_idle(q)) {
+            /* Only for close: no one else can use the device now. */
+            sw__unlock(dev);
+            (void)dev->ops->synchronize(q->bq);
+            pthread_mutex_lock(&q->tlock);
+            while (q->tpending > 0)
+                pthread_cond_wait(&q->tcv, &q->tlock);
+            pthread_mutex_unlock(&q->tlock);
+            sw__lock(dev);
+        }
+        if (!queue_idle(q))
+            continue;
+        if (q->prev)
+            q->prev->next = q->next;
+        else
+            dev->queues = q->next;
+        if (q->next)
+            q->next->prev = q->prev;
+        q->next = dead;
+        dead = q;
+    }
+    for (sw_queue *q = dead; q; q = q->next)
+        forget_qid_locked(dev, q->id);
+    if (dead == NULL)
+        return;
+    /* Joining and destroying can wait: not under the lock. */
+    sw__unlock(dev);
+    for (sw_queue *q = dead, *next; q; q = next) {
+        next = q->next;
+        pthread_mutex_lock(&q->tlock);
+        q->stop = true;
+        pthread_cond_broadcast(&q->tcv);
+        pthread_mutex_unlock(&q->tlock);
+        if (q->runner_started)
+            pthread_join(q->runner, NULL);
+        dev->ops->queue_destroy(q->bq);
+        pthread_mutex_destroy(&q->tlock);
+        pthread_cond_destroy(&q->tcv);
+        queue_struct_put(q);
+    }
+    sw__lock(dev);
+}
+
+/* ------------------------------------------------------------------------
+ * Ordering across queues
+ * ---------------------------------------------------------------------- */
+
+int sw__order_use_locked(sw_device *dev, sw_buffer *base, sw_queue *q)
+{
+    sw__assert_locked(dev);
+    if (q == NULL) {
+        if (base->qmask == 0)
+            return SW_OK;
+        for (sw_queue *o = dev->queues; o; o = o->next) {
+            if (!(base->qmask & (UINT64_C(1) << o->id)))
+                continue;
+            int rc = sw__b_queue_wait(dev, dev->q, o->bq);
+            if (rc != SW_OK)
+                return rc;
+        }
+        base->qmask = 0;
+        return SW_OK;
+    }
+    uint64_t bit = UINT64_C(1) << q->id;
+    if (base->qmask & bit)
+        return SW_OK;
+    int rc = sw__b_queue_wait(dev, q->bq, dev->q);
+    if (rc == SW_OK)
+        base->qmask |= bit;
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Order records
+ * ---------------------------------------------------------------------- */
+
+struct sw_order {
+    sw_event **ev[2]; /* submitted, host tasks */
+    size_t n[2], cap[2];
+};
+
+SW_API int sw_order_create(sw_order **out)
+{
+    if (out == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
+    *out = calloc(1, sizeof **out);
+    return *out ? SW_OK
+                : sw__errorf(SW_ERR_HOST_OOM, "no host memory for an order "
+                             "record");
+}
+
+SW_API void sw_order_destroy(sw_order *o)
+{
+    if (o == NULL)
+        return;
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; i < o->n[k]; i++)
+            event_unref(o->ev[k][i]);
+        free(o->ev[k]);
+    }
+    free(o);
+}
+
+/* Drops completed events (a query never blocks). */
+static void prune(sw_order *o)
+{
+    for (int k = 0; k < 2; k++) {
+        size_t w = 0;
+        for (size_t i = 0; i < o->n[k]; i++) {
+            int done = 0;
+            (void)sw_event_query(o->ev[k][i], &done);
+            if (done)
+                event_unref(o->ev[k][i]);
+            else
+                o->ev[k][w++] = o->ev[k][i];
+        }
+        o->n[k] = w;
+    }
+}
+
+SW_API int sw_order_add(sw_order *o, sw_event *ev, int host_task)
+{
+    if (o == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "order record is NULL");
+    int rc = event_check(ev);
+    if (rc != SW_OK)
+        return rc;
+    int k = host_task ? 1 : 0;
+    prune(o);
+    if (o->n[k] == o->cap[k]) {
+        size_t cap = o->cap[k] ? 2 * o->cap[k] : 8;
+        sw_event **v = realloc(o->ev[k], cap * sizeof *v);
+        if (v == NULL)
+            return sw__errorf(SW_ERR_HOST_OOM, "no host memory for an "
+                              "order record");
+        o->ev[k] = v;
+        o->cap[k] = cap;
+    }
+    atomic_fetch_add_explicit(&ev->refs, 1, memory_order_relaxed);
+    o->ev[k][o->n[k]++] = ev;
+    return SW_OK;
+}
+
+SW_API int sw_order_counts(sw_order *o, size_t *submitted, size_t *host_tasks)
+{
+    if (o == NULL || submitted == NULL || host_tasks == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "NULL argument");
+    prune(o);
+    *submitted = o->n[0];
+    *host_tasks = o->n[1];
+    return SW_OK;
+}
+
+SW_API sw_event *sw_order_event(sw_order *o, int host_task, size_t i)
+{
+    int k = host_task ? 1 : 0;
+    return o != NULL && i < o->n[k] ? o->ev[k][i] : NULL;
+}
+
+SW_API int sw_order_idle(sw_order *o, int *idle)
+{
+    if (o == NULL || idle == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "NULL argument");
+    prune(o);
+    *idle = o->n[0] == 0 && o->n[1] == 0;
+    return SW_OK;
+}
+
+SW_API int sw_order_wait(sw_order *o)
+{
+    if (o == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "order record is NULL");
+    int first = SW_OK;
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; i < o->n[k]; i++) {
+            int rc = sw_event_wait(o->ev[k][i]);
+            if (first == SW_OK)
+                first = rc;
+            event_unref(o->ev[k][i]);
+        }
+        o->n[k] = 0;
+    }
+    return first;
+}

@@ -1,0 +1,374 @@
+/*
+ * test-queue.c -- queues, events, host tasks, order records, and memory
+ * safety across queues.
+ */
+#include "test.h"
+#include "tests.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NF (1u << 20) /* floats in the long operations below */
+
+static sw_queue *new_queue(sw_device *dev)
+{
+    sw_queue *q = NULL;
+    ASSERT_OK(sw_queue_create(dev, &q));
+    ASSERT_NOT_NULL(q);
+    return q;
+}
+
+static void fill_f32(sw_buffer *b, size_t n, float v)
+{
+    sw_scalar s = {.f = v};
+    ASSERT_OK(sw_op_fill(b, SW_FLOAT32, n, s));
+}
+
+static void expect_f32(sw_buffer *b, size_t n, float v)
+{
+    float *x = malloc(n * sizeof *x);
+    ASSERT_OK(sw_buffer_read(b, 0, x, n * sizeof *x));
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != v)
+            FAIL("element %zu is %g, expected %g", i, (double)x[i],
+                 (double)v);
+    free(x);
+}
+
+TEST(queue_basics)
+{
+    sw_device *dev = test_device();
+    sw_queue *q = new_queue(dev);
+    sw_device *got = NULL;
+    ASSERT_OK(sw_queue_device(q, &got));
+    ASSERT_PTR_EQ(got, dev);
+    ASSERT_OK(sw_queue_retain(q));
+    ASSERT_OK(sw_queue_release(q));
+    sw_event *ev = NULL;
+    ASSERT_OK(sw_queue_record_event(q, &ev));
+    ASSERT_OK(sw_event_wait(ev));
+    int done = 0;
+    ASSERT_OK(sw_event_query(ev, &done));
+    ASSERT_EQ(done, 1);
+    ASSERT_OK(sw_event_retain(ev));
+    ASSERT_OK(sw_event_release(ev));
+    ASSERT_OK(sw_event_release(ev));
+    ASSERT_ERR(sw_event_release(ev), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_event_wait(ev), SW_ERR_INVALID_HANDLE);
+    ASSERT_OK(sw_event_release(NULL));
+    ASSERT_OK(sw_queue_synchronize(q));
+    /* A live queue keeps the device open. */
+    ASSERT_OK(sw_queue_release(q));
+    ASSERT_ERR(sw_queue_release(q), SW_ERR_INVALID_HANDLE);
+    ASSERT_OK(sw_queue_release(NULL));
+    ASSERT_ERR(sw_queue_create(dev, NULL), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_queue_create(NULL, &q), SW_ERR_INVALID_ARG);
+    ASSERT_NULL(q);
+}
+
+static int close_busy_child(void *arg)
+{
+    const char *spec = arg;
+    sw_device *dev = NULL;
+    sw_queue *q = NULL;
+    if (sw_device_open(spec, &dev) != SW_OK ||
+        sw_queue_create(dev, &q) != SW_OK)
+        return 10;
+    sw_memory_info m;
+    sw_memory_info_get(dev, &m);
+    if (strncmp(spec, "sim", 3) == 0 &&
+        m.device_total - m.device_free < SW_SIM_QUEUE_RESERVE)
+        return 11; /* the queue's reservation shows */
+    /* A live queue keeps the device from closing. */
+    if (sw_device_close(dev) != SW_ERR_BUSY ||
+        strstr(sw_last_error(), "queue") == NULL)
+        return 12;
+    if (sw_queue_release(q) != SW_OK)
+        return 13;
+    return sw_device_close(dev) == SW_OK ? 0 : 14;
+}
+
+TEST(queue_close_busy)
+{
+    char err[256];
+    int st = test_fork_run(close_busy_child, (void *)test_device_spec(), err,
+                           sizeof err);
+    if (st != 0)
+        FAIL("child status 0x%x: %s", st, err);
+}
+
+TEST(queue_ops_ordered_for_host)
+{
+    sw_device *dev = test_device();
+    sw_queue *q = new_queue(dev);
+    sw_buffer *a = test_alloc(dev, NF * 4, "a");
+    sw_buffer *b = test_alloc(dev, NF * 4, "b");
+    sw_buffer *c = test_alloc(dev, NF * 4, "c");
+    /* Written on the default queue, used on q: q waits for those fills. */
+    fill_f32(a, NF, 1.5f);
+    fill_f32(b, NF, 2.0f);
+    ASSERT_OK(sw_op_add_q(q, c, a, b, SW_FLOAT32, NF));
+    sw_scalar two = {.f = 2.0};
+    ASSERT_OK(sw_op_scale_q(q, c, c, two, SW_FLOAT32, NF));
+    /* A host read (default queue) waits for q's work on c. */
+    expect_f32(c, NF, 7.0f);
+    /* A copy on q. */
+    ASSERT_OK(sw_buffer_copy_q(q, a, 0, c, 0, NF * 4));
+    expect_f32(a, NF, 7.0f);
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_buffer_free(b));
+    ASSERT_OK(sw_buffer_free(c));
+    ASSERT_OK(sw_queue_release(q));
+}
+
+TEST(queue_free_while_queued)
+{
+    sw_device *dev = test_device();
+    sw_queue *q = new_queue(dev);
+    sw_buffer *a = test_alloc(dev, NF * 4, "a");
+    sw_buffer *b = test_alloc(dev, NF * 4, "b");
+    sw_buffer *out = test_alloc(dev, NF * 4, "out");
+    fill_f32(a, NF, 3.0f);
+    fill_f32(b, NF, 4.0f);
+    for (int i = 0; i < 8; i++)
+        ASSERT_OK(sw_op_add_q(q, out, a, b, SW_FLOAT32, NF));
+    /* Freed while q still reads them: the cache hands their memory to
+     * default-queue work, which must come after q's. */
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_buffer_free(b));
+    sw_buffer *x = test_alloc(dev, NF * 4, "x");
+    sw_buffer *y = test_alloc(dev, NF * 4, "y");
+    fill_f32(x, NF, -100.0f);
+    fill_f32(y, NF, -100.0f);
+    expect_f32(out, NF, 7.0f);
+    expect_f32(x, NF, -100.0f);
+    ASSERT_OK(sw_buffer_free(x));
+    ASSERT_OK(sw_buffer_free(y));
+    ASSERT_OK(sw_buffer_free(out));
+    ASSERT_OK(sw_queue_release(q));
+}
+
+TEST(queue_spill_waits_for_queue)
+{
+    sw_device *dev = test_device();
+    ASSERT_OK(sw_set_memory_budget(dev, 3 * NF * 4));
+    sw_queue *q = new_queue(dev);
+    sw_buffer *a = test_alloc(dev, NF * 4, "a");
+    sw_buffer *b = test_alloc(dev, NF * 4, "b");
+    fill_f32(a, NF, 1.0f);
+    fill_f32(b, NF, 2.0f);
+    for (int i = 0; i < 4; i++)
+        ASSERT_OK(sw_op_add_q(q, a, a, b, SW_FLOAT32, NF)); /* a = 9 */
+    /* Two more buffers spill a and b while q may still be working on
+     * them: the copy out must come after q's work. */
+    sw_buffer *c = test_alloc(dev, NF * 4, "c");
+    sw_buffer *d = test_alloc(dev, NF * 4, "d");
+    sw_memory_info m = test_info(dev);
+    ASSERT_UGT(m.spills, 0);
+    expect_f32(a, NF, 9.0f);
+    expect_f32(b, NF, 2.0f);
+    sw_buffer *all[4] = {a, b, c, d};
+    for (int i = 0; i < 4; i++)
+        ASSERT_OK(sw_buffer_free(all[i]));
+    ASSERT_OK(sw_queue_release(q));
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+}
+
+typedef struct {
+    sw_buffer *buf;
+    float seen;
+    pthread_t thread;
+    atomic_int ran;
+    sw_queue *release; /* released by the task when set */
+} task_state;
+
+static void read_first(void *arg)
+{
+    task_state *st = arg;
+    st->thread = pthread_self();
+    if (st->buf != NULL &&
+        sw_buffer_read(st->buf, 0, &st->seen, sizeof st->seen) != SW_OK)
+        st->seen = -1.0f;
+    if (st->release != NULL)
+        sw_queue_release(st->release);
+    atomic_store(&st->ran, 1);
+}
+
+TEST(queue_host_task)
+{
+    sw_device *dev = test_device();
+    sw_queue *q = new_queue(dev);
+    sw_buffer *a = test_alloc(dev, NF * 4, "a");
+    sw_scalar five = {.f = 5.0};
+    ASSERT_OK(sw_op_fill_q(q, a, SW_FLOAT32, NF, five));
+    task_state st = {.buf = a};
+    sw_event *ev = NULL;
+    ASSERT_OK(sw_queue_host_task(q, read_first, &st, &ev));
+    ASSERT_OK(sw_event_wait(ev));
+    ASSERT_EQ(atomic_load(&st.ran), 1);
+    /* It ran after the fill, on another thread. */
+    ASSERT_TRUE(st.seen == 5.0f);
+    ASSERT_FALSE(pthread_equal(st.thread, pthread_self()));
+    ASSERT_OK(sw_event_release(ev));
+    ASSERT_ERR(sw_queue_host_task(q, NULL, NULL, NULL), SW_ERR_INVALID_ARG);
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_queue_release(q));
+}
+
+TEST(queue_released_inside_host_task)
+{
+    sw_device *dev = test_device();
+    sw_queue *q = new_queue(dev);
+    sw_buffer *a = test_alloc(dev, NF * 4, "a");
+    fill_f32(a, NF, 1.0f);
+    ASSERT_OK(sw_op_scale_q(q, a, a, (sw_scalar){.f = 3.0}, SW_FLOAT32, NF));
+    /* The last reference goes inside the queue's own host task: no
+     * deadlock, no wait. */
+    task_state st = {.buf = NULL, .release = q};
+    sw_event *ev = NULL;
+    ASSERT_OK(sw_queue_host_task(q, read_first, &st, &ev));
+    ASSERT_OK(sw_event_wait(ev));
+    ASSERT_OK(sw_event_release(ev));
+    /* Destroyed at a later call, once idle. */
+    ASSERT_OK(sw_device_synchronize(dev));
+    ASSERT_ERR(sw_queue_retain(q), SW_ERR_INVALID_HANDLE);
+    expect_f32(a, NF, 3.0f);
+    ASSERT_OK(sw_buffer_free(a));
+}
+
+TEST(queue_churn_bounded)
+{
+    sw_device *dev = test_device();
+    sw_buffer *a = test_alloc(dev, 4096, "a");
+    fill_f32(a, 1024, 1.0f);
+    sw_memory_info before = test_info_synced(dev);
+    int n = getenv("SW_TEST_QUICK") ? 1000 : 10000;
+    for (int i = 0; i < n; i++) {
+        /* One operation per queue, its output dropped at once. */
+        sw_queue *q = new_queue(dev);
+        sw_buffer *out = test_alloc(dev, 4096, "out");
+        ASSERT_OK(sw_op_scale_q(q, out, a, (sw_scalar){.f = 2.0},
+                                SW_FLOAT32, 1024));
+        ASSERT_OK(sw_buffer_free(out));
+        ASSERT_OK(sw_queue_release(q));
+    }
+    sw_memory_info after = test_info_synced(dev);
+    ASSERT_UEQ(after.in_use, before.in_use);
+    /* Each live queue reserves memory: a leak of even a few hundred would
+     * show here. */
+    if (test_is_sim())
+        ASSERT_UGE(after.device_free + 8 * SW_SIM_QUEUE_RESERVE,
+                   before.device_free);
+    expect_f32(a, 1024, 1.0f);
+    ASSERT_OK(sw_buffer_free(a));
+}
+
+TEST(order_record)
+{
+    sw_device *dev = test_device();
+    sw_queue *q = new_queue(dev);
+    sw_order *o = NULL;
+    ASSERT_OK(sw_order_create(&o));
+    sw_buffer *a = test_alloc(dev, NF * 4, "a");
+    for (int i = 0; i < 4; i++) {
+        ASSERT_OK(sw_op_fill_q(q, a, SW_FLOAT32, NF,
+                               (sw_scalar){.f = (double)i}));
+        sw_event *ev = NULL;
+        ASSERT_OK(sw_queue_record_event(q, &ev));
+        ASSERT_OK(sw_order_add(o, ev, 0));
+        ASSERT_OK(sw_event_release(ev)); /* the record holds its own */
+    }
+    task_state st = {.buf = NULL};
+    sw_event *ht = NULL;
+    ASSERT_OK(sw_queue_host_task(q, read_first, &st, &ht));
+    ASSERT_OK(sw_order_add(o, ht, 1));
+    size_t ns = 9, nh = 9;
+    ASSERT_OK(sw_order_counts(o, &ns, &nh));
+    ASSERT_ULE(ns, 4);
+    ASSERT_ULE(nh, 1);
+    ASSERT_OK(sw_order_wait(o));
+    int idle = 0;
+    ASSERT_OK(sw_order_idle(o, &idle));
+    ASSERT_EQ(idle, 1);
+    ASSERT_OK(sw_order_counts(o, &ns, &nh));
+    ASSERT_UEQ(ns, 0);
+    ASSERT_UEQ(nh, 0);
+    ASSERT_EQ(atomic_load(&st.ran), 1);
+    ASSERT_NULL(sw_order_event(o, 0, 0));
+    ASSERT_OK(sw_event_release(ht));
+    ASSERT_ERR(sw_order_add(o, NULL, 0), SW_ERR_INVALID_ARG);
+    sw_order_destroy(o);
+    sw_order_destroy(NULL);
+    expect_f32(a, NF, 3.0f);
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_queue_release(q));
+}
+
+typedef struct {
+    sw_device *dev;
+    int id;
+    int fails;
+} qthread_arg;
+
+static void *queue_worker(void *p)
+{
+    qthread_arg *t = p;
+    sw_queue *q = NULL;
+    if (sw_queue_create(t->dev, &q) != SW_OK) {
+        t->fails++;
+        return NULL;
+    }
+    enum { N = 4096 };
+    int32_t *host = malloc(N * 4);
+    for (int round = 0; round < 40; round++) {
+        sw_buffer *x = NULL, *y = NULL;
+        if (sw_buffer_alloc(t->dev, N * 4, "qx", &x) != SW_OK ||
+            sw_buffer_alloc(t->dev, N * 4, "qy", &y) != SW_OK) {
+            t->fails++;
+            break;
+        }
+        int32_t v = t->id * 1000 + round;
+        sw_op_fill_q(q, x, SW_INT32, N, (sw_scalar){.i = v});
+        sw_op_fill_q(q, y, SW_INT32, N, (sw_scalar){.i = 1});
+        sw_op_add_q(q, y, x, y, SW_INT32, N);
+        /* Freed right away; the host read orders after q. */
+        if (sw_buffer_read(y, 0, host, N * 4) != SW_OK)
+            t->fails++;
+        for (int i = 0; i < N; i++)
+            if (host[i] != v + 1) {
+                t->fails++;
+                break;
+            }
+        sw_buffer_free(x);
+        sw_buffer_free(y);
+        task_state st = {.buf = NULL};
+        sw_event *ev = NULL;
+        if (round % 8 == 0 &&
+            sw_queue_host_task(q, read_first, &st, &ev) == SW_OK) {
+            sw_event_wait(ev);
+            sw_event_release(ev);
+        }
+    }
+    free(host);
+    sw_queue_release(q);
+    return NULL;
+}
+
+TEST(thread_queues)
+{
+    sw_device *dev = test_device();
+    enum { T = 4 };
+    pthread_t th[T];
+    qthread_arg args[T];
+    for (int i = 0; i < T; i++) {
+        args[i] = (qthread_arg){.dev = dev, .id = i};
+        ASSERT_EQ(pthread_create(&th[i], NULL, queue_worker, &args[i]), 0);
+    }
+    for (int i = 0; i < T; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < T; i++)
+        ASSERT_EQ(args[i].fails, 0);
+    ASSERT_OK(sw_device_synchronize(dev));
+}
