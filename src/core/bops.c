@@ -90,8 +90,12 @@ int sw__b_queue_wait(sw_device *dev, sw__bqueue *q, sw__bqueue *on)
         dev->ops->event_release(ev);
         return rc;
     }
-    /* A version-1 backend: wait on the host, without the lock. */
-    return sw__wait_event_locked(dev, ev);
+    /* A version-1 backend: wait on the host.  The lock stays held, as
+     * callers (frees among them) rely on it; device work never takes it,
+     * so this cannot deadlock, it only serializes. */
+    rc = dev->ops->event_wait(ev);
+    dev->ops->event_release(ev);
+    return rc;
 }
 
 int sw__b_fill(sw_device *dev, uintptr_t dst, size_t off, size_t n,

@@ -503,8 +503,13 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
         next = q->next;
         if (!q->dying)
             continue;
-        if (wait && !queue_idle(q)) {
-            /* Only for close: no one else can use the device now. */
+        pthread_mutex_lock(&q->tlock);
+        bool self = q->runner_started &&
+                    pthread_equal(q->runner, pthread_self());
+        pthread_mutex_unlock(&q->tlock);
+        if (wait && !self && !queue_idle(q)) {
+            /* Only for close: no one else can use the device now.  (Not
+             * from the queue's own host task: it would wait for itself.) */
             sw__unlock(dev);
             (void)dev->ops->synchronize(q->bq);
             pthread_mutex_lock(&q->tlock);
