@@ -52,8 +52,23 @@ ALL_SUITES =
 ALL_SUITES += c         'SW_TEST_DEVICE=sim:0 build/$(TEST_BIN)'
 ALL_SUITES += c-asan    'SW_TEST_DEVICE=sim:0 $(ASAN_ENV) build-asan/$(TEST_BIN)'
 ALL_SUITES += c-tsan    'SW_TEST_DEVICE=sim:0 $(TSAN_ENV) scripts/tsan-exec.sh build-tsan/$(TEST_BIN) thread'
-# ALL_SUITES += c-opencl  'scripts/if-device.sh opencl:0 build/$(TEST_BIN)'
-# ALL_SUITES += python    'scripts/if-tests.sh tests/python $(VENV)/bin/python -m pytest -q tests/python'
+# OpenCL (PoCL in CI): the whole suite, plain and under ASan+UBSan, and the
+# thread tests under TSan; "not run" where `spillway devices` lists no
+# opencl:0.  PoCL needs no sanitizer suppressions (docs/opencl.md).
+ALL_SUITES += c-opencl  'scripts/if-device.sh opencl:0 build/$(TEST_BIN)'
+ALL_SUITES += c-opencl-asan '$(ASAN_ENV) scripts/if-device.sh opencl:0 build-asan/$(TEST_BIN)'
+ALL_SUITES += c-opencl-tsan '$(TSAN_ENV) scripts/if-device.sh opencl:0 scripts/tsan-exec.sh build-tsan/$(TEST_BIN) thread'
+# Python (tests/python): the build tree's package (conftest.py finds it in
+# $SPILLWAY_BUILD_DIR/python), on the default device, under ASan+UBSan (the
+# sanitizer runtimes preloaded into the uninstrumented interpreter; Python's
+# own allocations at exit are not leaks to report), and on OpenCL where
+# present.  "not run" when a build has no extension (no Python headers).
+PY_SUITE = scripts/if-tests.sh tests/python env $(1) $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/python
+PY_BUILT = [[ -d $(1)/python/spillway ]] || { echo "no Python extension in $(1)/ (Python headers missing?)"; exit 77; };
+ASAN_PRELOAD = $$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)
+ALL_SUITES += python    '$(call PY_BUILT,build) $(call PY_SUITE,SPILLWAY_BUILD_DIR=build)'
+ALL_SUITES += python-asan '$(call PY_BUILT,build-asan) $(call PY_SUITE,SPILLWAY_BUILD_DIR=build-asan LD_PRELOAD="$(ASAN_PRELOAD)" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)'
+ALL_SUITES += python-opencl '$(call PY_BUILT,build) scripts/if-device.sh opencl:0 $(call PY_SUITE,SPILLWAY_BUILD_DIR=build SPILLWAY_DEVICE=opencl:0)'
 SUITES ?=
 
 # ---------------------------------------------------------------------------
@@ -68,6 +83,7 @@ help:
 	@echo "make test       bootstrap, build all three build dirs, run every suite"
 	@echo "make build      bootstrap and build build/ (the default)"
 	@echo "make bench      release build, then run the benchmarks in build-release/bench"
+	@echo "                and bench/bench_python.py"
 	@echo "make bootstrap  install missing system packages and the venv only"
 	@echo "make clean      remove the build directories (keeps .venv)"
 	@echo "make distclean  clean, and remove .venv and Python caches"
@@ -139,6 +155,10 @@ bench: build-release
 	done; \
 	if [[ $$found == 0 ]]; then \
 	  echo "make bench: no benchmark programs in build-release/bench"; \
+	fi
+	@if [[ -d build-release/python/spillway ]]; then \
+	  echo "== bench/bench_python.py"; \
+	  $(VENV)/bin/python bench/bench_python.py --build build-release; \
 	fi
 
 # --- clean ------------------------------------------------------------------

@@ -127,6 +127,11 @@ SW_API const char *sw_device_name(const sw_device *dev);
 /* A human-readable description of the hardware or runtime behind it. */
 SW_API const char *sw_device_description(const sw_device *dev);
 
+/* *yes = 1 when the device's memory is addressable from the host, so that
+ * base + offset of a sw_devmem is a host pointer (the simulated device);
+ * 0 otherwise (OpenCL's cl_mem handles, CUDA device memory). */
+SW_API int sw_device_host_addressable(sw_device *dev, int *yes);
+
 /* Wait until all work queued on the device, on every queue, has completed.
  * The device lock is not held while waiting. */
 SW_API int sw_device_synchronize(sw_device *dev);

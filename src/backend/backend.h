@@ -118,6 +118,9 @@ typedef struct sw__backend_ops {
 
 /* The backends this build has (NULL-free list in src/core/device.c). */
 extern const sw__backend_ops sw__sim_backend;
+#ifdef SW_HAVE_OPENCL
+extern const sw__backend_ops sw__opencl_backend; /* opencl.c */
+#endif
 
 /* Set the calling thread's detail message; returns code, so that
  * `return sw__errorf(SW_ERR_OOM, "...", ...);` reads naturally. */

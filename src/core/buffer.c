@@ -741,9 +741,11 @@ static int finish_transfer_locked(sw_device *dev, sw_buffer *base)
     } else {
         const sw__backend_ops *ops = dev->ops;
         sw__bqueue *q = dev->q;
+        dev->waiting++;
         sw__unlock(dev);
         (void)ops->synchronize(q);
         sw__lock(dev);
+        dev->waiting--;
     }
     sw__unpin_locked(dev, base);
     return rc;

@@ -14,6 +14,9 @@
 
 static const sw__backend_ops *const backends[] = {
     &sw__sim_backend,
+#ifdef SW_HAVE_OPENCL
+    &sw__opencl_backend,
+#endif
 };
 #define NBACKENDS (sizeof backends / sizeof backends[0])
 #define MAX_DEVICES 64 /* per backend */
@@ -170,6 +173,7 @@ static void reset_state(sw_device *dev)
     dev->spill_seconds = dev->restore_seconds = 0;
     dev->alloc_retries = dev->ooms = dev->gc_runs = 0;
     dev->clock = 0;
+    dev->waiting = 0;
     dev->heap_len = 0;
     dev->queues = NULL;
     dev->live_queues = 0;
@@ -281,6 +285,14 @@ SW_API int sw_device_close(sw_device *dev)
     }
     /* Dead queues still running work are waited for here. */
     sw__reap_queues_locked(dev, true);
+    if (dev->waiting > 0) {
+        rc = sw__errorf(SW_ERR_BUSY, "%s: cannot close the device: %u "
+                        "call%s on other threads are waiting for it",
+                        dev->name, dev->waiting, dev->waiting == 1 ? "" : "s");
+        sw__unlock(dev);
+        pthread_mutex_unlock(&registry_lock);
+        return rc;
+    }
     if (dev->live_count > 0 || dev->scope_first != NULL ||
         dev->live_queues > 0) {
         size_t scopes = 0;
@@ -328,6 +340,19 @@ SW_API const char *sw_device_description(const sw_device *dev)
     return dev->props.description;
 }
 
+SW_API int sw_device_host_addressable(sw_device *dev, int *yes)
+{
+    if (yes == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "yes is NULL");
+    *yes = 0;
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    *yes = dev->props.host_addressable != 0;
+    sw__unlock(dev);
+    return SW_OK;
+}
+
 /* ------------------------------------------------------------------------
  * Waiting
  * ---------------------------------------------------------------------- */
@@ -336,10 +361,12 @@ int sw__wait_event_locked(sw_device *dev, sw__bevent *ev)
 {
     sw__assert_locked(dev);
     const sw__backend_ops *ops = dev->ops;
+    dev->waiting++;
     sw__unlock(dev);
     int rc = ops->event_wait(ev);
     ops->event_release(ev);
     sw__lock(dev);
+    dev->waiting--;
     return rc;
 }
 
@@ -368,6 +395,7 @@ SW_API int sw_device_synchronize(sw_device *dev)
         if (dev->ops->event_record(q->bq, &evs[k]) == SW_OK)
             k++;
     const sw__backend_ops *ops = dev->ops;
+    dev->waiting++;
     sw__unlock(dev);
     for (size_t i = 0; i < k; i++) {
         int r = ops->event_wait(evs[i]);
@@ -377,6 +405,7 @@ SW_API int sw_device_synchronize(sw_device *dev)
     }
     free(evs);
     sw__lock(dev);
+    dev->waiting--;
     if (n > 0 && evs == NULL)
         rc = sw__errorf(SW_ERR_HOST_OOM, "no host memory to wait for %zu "
                         "queues", n);

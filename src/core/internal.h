@@ -146,6 +146,10 @@ struct sw_device {
     uint64_t alloc_retries, ooms, gc_runs;
 
     uint64_t clock; /* advanced on every use; buffers' LRU key */
+    /* Calls that released the lock mid-way (waiting for the device, a
+     * move, a pressure callback) and will take it again: close refuses
+     * while there are any. */
+    uint32_t waiting;
     /* Spillable buffers: resident, owned, unexposed, nonempty. */
     sw_buffer **heap;
     size_t heap_len, heap_cap;

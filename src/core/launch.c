@@ -380,6 +380,7 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
     if (out == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
     out->i = 0;
+    sw_buffer *tmp = NULL; /* before any goto: `out:` frees it */
     sw_device *dev;
     int rc = sw__buffer_enter(a, &dev);
     if (rc != SW_OK)
@@ -388,7 +389,6 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
     if (rc != SW_OK || n == 0)
         goto out; /* the sum of nothing is 0 */
     int slot = scratch_take_locked(dev);
-    sw_buffer *tmp = NULL;
     sw_devmem dst;
     if (slot >= 0) {
         dst.base = dev->scratch;

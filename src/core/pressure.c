@@ -27,10 +27,12 @@ bool sw__run_callbacks_locked(sw_device *dev, size_t bytes)
             continue;
         sw_pressure p = {.dev = dev, .locked = true};
         in_callback = true;
+        dev->waiting++; /* the callback may release the lock */
         int freed = cb.fn(dev, &p, bytes, cb.user);
-        in_callback = false;
         if (!p.locked)
             sw__lock(dev); /* the callback forgot to re-take it */
+        dev->waiting--;
+        in_callback = false;
         any = any || freed != 0;
     }
     return any;

@@ -510,6 +510,7 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
         if (wait && !self && !queue_idle(q)) {
             /* Only for close: no one else can use the device now.  (Not
              * from the queue's own host task: it would wait for itself.) */
+            dev->waiting++;
             sw__unlock(dev);
             (void)dev->ops->synchronize(q->bq);
             pthread_mutex_lock(&q->tlock);
@@ -517,6 +518,7 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
                 pthread_cond_wait(&q->tcv, &q->tlock);
             pthread_mutex_unlock(&q->tlock);
             sw__lock(dev);
+            dev->waiting--;
         }
         if (!queue_idle(q))
             continue;
@@ -534,6 +536,7 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
     if (dead == NULL)
         return;
     /* Joining and destroying can wait: not under the lock. */
+    dev->waiting++;
     sw__unlock(dev);
     for (sw_queue *q = dead, *next; q; q = next) {
         next = q->next;
@@ -549,6 +552,7 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
         queue_struct_put(q);
     }
     sw__lock(dev);
+    dev->waiting--;
 }
 
 /* ------------------------------------------------------------------------

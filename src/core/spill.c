@@ -107,10 +107,12 @@ void sw__lru_remove_locked(sw_device *dev, sw_buffer *b)
 void sw__cond_wait_locked(sw_device *dev)
 {
     sw__assert_locked(dev);
+    dev->waiting++;
     atomic_store_explicit(&dev->owned, 0, memory_order_relaxed);
     pthread_cond_wait(&dev->moved, &dev->lock);
     atomic_store_explicit(&dev->owner, pthread_self(), memory_order_relaxed);
     atomic_store_explicit(&dev->owned, 1, memory_order_relaxed);
+    dev->waiting--;
 }
 
 void sw__wait_stable_locked(sw_device *dev, sw_buffer *base)

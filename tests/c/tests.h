@@ -127,6 +127,11 @@
     X(spill_fault_nth)                                                        \
     X(pressure_callback_frees)                                                \
     X(thread_spill_model)                                                     \
+    /* test-lockorder.c (the GIL contract; threaded: run under TSan) */       \
+    X(thread_lockorder_python_threads)                                        \
+    X(thread_lockorder_callback)                                              \
+    X(thread_lockorder_c_thread)                                              \
+    X(thread_lockorder_reversal_reported)                                     \
     /* test-queue.c */                                                        \
     X(queue_basics)                                                           \
     X(queue_close_busy)                                                       \
@@ -137,7 +142,18 @@
     X(queue_released_inside_host_task)                                        \
     X(queue_churn_bounded)                                                    \
     X(order_record)                                                           \
-    X(thread_queues)
+    X(thread_queues)                                                          \
+    /* test-opencl.c */                                                       \
+    X(opencl_device_listed)                                                   \
+    X(opencl_memory_env)                                                      \
+    X(opencl_capacity_enforced)                                               \
+    X(opencl_max_alloc)                                                       \
+    X(opencl_budget_same_bits)                                                \
+    X(opencl_sum_shapes)                                                      \
+    X(opencl_fp64_off)                                                        \
+    X(opencl_unaligned_kernels)                                               \
+    X(opencl_error_names)                                                     \
+    X(opencl_no_platform)
 
 #define SW__DECLARE_TEST(name) void test_##name(void);
 SW_TEST_LIST(SW__DECLARE_TEST)

@@ -1,0 +1,93 @@
+"""spillway: accelerator memory management for Python.
+
+Arrays live in device memory (the simulated device ``sim:0`` by default,
+or ``$SPILLWAY_DEVICE``); spillway accounts for every byte, spills the
+least recently used arrays to host memory when memory or a budget runs
+short (and brings each back on its next device use), and runs Python's
+garbage collector before an allocation fails for good::
+
+    import spillway as sw
+    a = sw.zeros((1024, 1024), dtype="float32", tag="weights")
+    b = sw.add(a, a)
+    sw.sum(b), sw.memory_info().in_use
+    with sw.memory_peak() as p:
+        c = sw.scale(b, 2.0)
+    p.bytes
+    sw.set_memory_budget(64 << 20)
+    print(sw.memory_summary())
+
+Every ``device=`` argument takes a ``Device``, a spec string such as
+``"sim:0"``, or None for the default device.
+
+Locks: spillway calls are made with the GIL released, and the pressure
+callback releases the device lock before it takes the GIL, so the order is
+always device lock -> GIL and never both at once.
+
+The garbage collector under memory pressure: when an allocation fails on a
+device, before anything is spilled, a callback runs ``gc.collect()`` (even
+under ``gc.disable()``) and the allocation is retried if device memory was
+freed.  Rate limit: a collection that freed no device memory starts a
+back-off of max(50 ms, 10 x its duration) during which memory pressure runs
+no collection; a collection that frees memory ends it; one collection runs
+at a time, and a thread that waited while another collected does not
+collect again.  ``memory_info().gc_runs`` counts the collections.
+
+DLPack: ``numpy.from_dlpack(a)`` views the array's memory (on devices the
+host can address, such as the simulated one) under an exposure lease: the
+array does not spill while the NumPy array lives.
+
+See docs/python.md for the whole API.
+"""
+
+from ._spillway import (
+    ALLOC_GRANULARITY,
+    Array,
+    Device,
+    DeviceError,
+    DeviceMemoryError,
+    MemoryInfo,
+    PeakScope,
+    __version__,
+    add,
+    asarray,
+    axpy,
+    devices,
+    empty,
+    empty_cache,
+    get_memory_budget,
+    memory_info,
+    memory_peak,
+    reset_peak_memory,
+    scale,
+    set_memory_budget,
+    sum,
+    synchronize,
+    zeros,
+)
+from ._summary import memory_summary
+
+__all__ = [
+    "ALLOC_GRANULARITY",
+    "Array",
+    "Device",
+    "DeviceError",
+    "DeviceMemoryError",
+    "MemoryInfo",
+    "PeakScope",
+    "add",
+    "asarray",
+    "axpy",
+    "devices",
+    "empty",
+    "empty_cache",
+    "get_memory_budget",
+    "memory_info",
+    "memory_peak",
+    "memory_summary",
+    "reset_peak_memory",
+    "scale",
+    "set_memory_budget",
+    "sum",
+    "synchronize",
+    "zeros",
+]

@@ -1,0 +1,73 @@
+"""memory_summary(): a readable table of a device's accounting."""
+
+from ._spillway import memory_info, Device
+
+__all__ = ["memory_summary", "format_bytes"]
+
+
+def format_bytes(n):
+    """1536 -> '1.50 KiB'; None -> 'n/a'."""
+    if n is None:
+        return "n/a"
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        value /= 1024.0
+        if value < 1024.0 or unit == "PiB":
+            return f"{value:.2f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def memory_summary(device=None):
+    """A text table of the device's memory: what is in use and its peak,
+    what the cache keeps, what is spilled, the budget, the driver's view,
+    and the counters (allocations, spills and restores with their bytes and
+    time, retries, failures, collections run under pressure).
+
+    device: a Device, a spec string such as 'sim:0', or None (the default
+    device).  Print it: ``print(spillway.memory_summary())``.
+    """
+    info = memory_info(device)
+    dev = device if isinstance(device, Device) else Device(device)
+    width = 66
+    rule = "|" + "=" * (width - 2) + "|"
+    thin = "|" + "-" * (width - 2) + "|"
+
+    def row(label, value):
+        text = f" {label:<30}{value:>32} "
+        return "|" + text[: width - 2].ljust(width - 2) + "|"
+
+    if info.device_total is None:
+        driver = "unknown"
+    elif info.device_free is None:
+        driver = f"? free of {format_bytes(info.device_total)}"
+    else:
+        driver = (f"{format_bytes(info.device_free)} free of "
+                  f"{format_bytes(info.device_total)}")
+    budget = "none" if info.budget is None else format_bytes(info.budget)
+    title = f" spillway memory summary: {dev.name} "
+    lines = [
+        rule,
+        "|" + title.center(width - 2) + "|",
+        "|" + f" {dev.description} ".center(width - 2)[: width - 2] + "|",
+        rule,
+        row("In use", format_bytes(info.in_use)),
+        row("Peak in use", format_bytes(info.peak)),
+        row("Cached (free, kept for reuse)", format_bytes(info.cached)),
+        row("Spilled to host memory", format_bytes(info.spilled)),
+        row("Budget (in use + cached)", budget),
+        row("Device (driver)", driver),
+        thin,
+        row("Allocations / frees", f"{info.allocs} / {info.frees}"),
+        row("Spills", f"{info.spills} ({format_bytes(info.spilled_bytes_total)}"
+                      f", {info.spill_seconds:.3f} s)"),
+        row("Restores", f"{info.restores} "
+                        f"({format_bytes(info.restored_bytes_total)}, "
+                        f"{info.restore_seconds:.3f} s)"),
+        row("Allocation retries", str(info.alloc_retries)),
+        row("Out-of-memory errors", str(info.ooms)),
+        row("GC runs under pressure", str(info.gc_runs)),
+        rule,
+    ]
+    return "\n".join(lines)

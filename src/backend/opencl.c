@@ -1,0 +1,1781 @@
+/*
+ * opencl.c -- the OpenCL backend: any OpenCL 1.2+ platform (CI: PoCL).
+ *
+ * Devices.  Every available device of every platform whose OpenCL version is
+ * 1.2 or newer and that has a compiler is listed, platform by platform in
+ * the order clGetPlatformIDs gives them: opencl:0, opencl:1, ...  The list
+ * is taken once per process.  With no platform (no ICD installed) the
+ * backend offers no device and says why; nothing fails.
+ *
+ * One context and one in-order command queue per open device (the default
+ * queue), plus one in-order queue per queue_create; a queue waits for
+ * another queue's event with clEnqueueBarrierWithWaitList (wait_event,
+ * contract version 2).  Allocations are cl_mem
+ * buffers: the uintptr_t `mem` of the contract is the cl_mem handle and
+ * offsets are byte offsets into it.  Transfers are enqueued non-blocking;
+ * the core waits on an event afterwards, which keeps the host memory valid.
+ *
+ * Capacity.  PoCL does not enforce the global memory size it reports (6 GiB
+ * allocated on a device reporting 3.5 GiB, until the kernel's OOM killer
+ * ended the process), and drivers generally allocate lazily, so a
+ * clCreateBuffer that succeeds proves little.  This backend therefore
+ * counts the bytes it has allocated and treats CL_DEVICE_GLOBAL_MEM_SIZE
+ * (or the smaller SPILLWAY_OPENCL_MEMORY) as a hard capacity: an allocation
+ * that would pass it fails with SW_ERR_OOM, which is what sends the core
+ * down its allocation ladder (cache, callbacks, spilling).  The largest
+ * single allocation is CL_DEVICE_MAX_MEM_ALLOC_SIZE (props.max_alloc; the
+ * core refuses bigger requests with SW_ERR_TOO_LARGE).  Allocation failures
+ * of the runtime (CL_MEM_OBJECT_ALLOCATION_FAILURE, CL_OUT_OF_RESOURCES,
+ * CL_OUT_OF_HOST_MEMORY) are SW_ERR_OOM too, at clCreateBuffer and when a
+ * lazy allocation fails at the first enqueue that uses the buffer.
+ * device_free is reported only where the driver says it (AMD's
+ * cl_amd_device_attribute_query); otherwise it is unknown, not invented.
+ *
+ * Stream-ordered free: a deferred list per queue, reaped at later
+ * operations.  free() does not release the cl_mem at once: it takes the
+ * event of the queue's latest command (which, on an in-order queue,
+ * completes after everything queued before it) and appends (mem, size,
+ * event) to the queue's FIFO.  alloc, mem_info, free and queue teardown release the
+ * entries whose event has completed, and only then subtract their bytes
+ * from the allocated count.  (OpenCL itself would keep a released buffer
+ * alive for the commands already queued on it; what the list adds is
+ * accounting that follows the device: the bytes count until the device
+ * is done with them.)  This was chosen over clSetEventCallback because a
+ * callback runs on a runtime thread at a time of the runtime's choosing:
+ * after the core's "wait for the device" step of the ladder the callback
+ * may not have run yet, so the retried allocation would fail for nothing.
+ * Reaping is deterministic: once a later event has been waited for, every
+ * earlier one is complete and the next allocation sees the memory.  On an
+ * idle queue (its latest command complete) a free releases at once.
+ *
+ * Events.  event_record hands out the latest command's event too (a
+ * marker, clEnqueueMarkerWithWaitList, only on a queue that never had a
+ * command): an enqueued marker per wait costs PoCL one more pass through
+ * its scheduler threads, about 3 us of a 10 us host round trip.
+ *
+ * Kernels are OpenCL C, built once per device at open (PoCL also caches
+ * the binaries on disk).  Element-wise kernels take one element per
+ * work-item, with a fixed work-group size (PoCL compiles a specialisation
+ * per local size, so letting the runtime choose would compile again for
+ * many n) and buffer offsets as kernel arguments (OpenCL 1.2 has no
+ * pointer arithmetic on cl_mem, and sub-buffers have alignment rules).
+ * Integer kernels use unsigned types, so arithmetic wraps.  float64 needs
+ * cl_khr_fp64; without it float64 kernels fail with SW_ERR_DTYPE, and
+ * float32 sums accumulate in float-float pairs (see SUM below).
+ *
+ * SUM is a two-stage tree reduction of fixed shape, so a sum of the same n
+ * elements on the same device always adds in the same order (with or
+ * without a budget, spilled or not):
+ *   L = the reduction work-group size (a power of two <= 256, fixed per
+ *       device at open), G = min(1024, ceil(n / L)) work-groups,
+ *       T = ceil(n / (G * L)) tiles per group;
+ *   stage 1: group g owns elements [g*T*L, (g+1)*T*L) of the input; its
+ *       work-item j adds elements g*T*L + j + k*L for k = 0, 1, ..., T-1
+ *       in that order, starting from 0, into its accumulator; the group
+ *       then combines its L accumulators pairwise: for s = L/2, L/4, ...,
+ *       1, acc[j] += acc[j + s] for j < s; acc[0] is partial[g];
+ *   stage 2: one group of L work-items does the same over partial[0..G):
+ *       work-item j adds partial[j + k*L] for k = 0, 1, ..., then the
+ *       same pairwise tree; the result is written to out.
+ * Accumulators: double for float32 and float64 (float32 elements are
+ * converted exactly), uint64 for int32 (sign-extended) and int64, so
+ * integer sums wrap exactly as the simulated device's do.  Results are not
+ * bit-equal to the simulated device's sequential sum (another order) but
+ * are reproducible run to run.  Without cl_khr_fp64 a float32 sum uses
+ * float-float (double-single) accumulators in the same order, and the
+ * final pair is converted to the nearest double in integer arithmetic.
+ *
+ * Threads.  The core calls every operation with the device lock held,
+ * except event_query/wait/release and synchronize, which touch only their
+ * cl_event or cl_command_queue (OpenCL calls are thread-safe; the one
+ * exception, clSetKernelArg on a shared cl_kernel, only ever happens under
+ * the device lock).  So the backend has no locks of its own.  It registers
+ * no callbacks with the runtime.
+ *
+ * Environment:
+ *   SPILLWAY_OPENCL_MEMORY  capacity per device, e.g. 256M (at most what the
+ *                           device reports; lets tests spill on a small
+ *                           device)
+ *   SPILLWAY_OPENCL_FP64=0  act as if no device had cl_khr_fp64 (to exercise
+ *                           that path on devices that have it)
+ */
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+
+#include "backend.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OCL__MAX_DEVICES 64
+#define OCL__MIN_MEMORY (UINT64_C(1) << 20)
+/* Work-group sizes: at most this, a power of two. */
+#define OCL__MAX_LOCAL 256u
+/* Stage-1 work-groups of a sum, at most. */
+#define OCL__SUM_GROUPS 1024u
+/* Work-items per element-wise launch, at most (larger n is split into
+ * several launches, so that 32-bit devices and size_t limits are safe). */
+#define OCL__MAX_ITEMS ((size_t)1 << 30)
+
+/* CL_DEVICE_GLOBAL_FREE_MEMORY_AMD (cl_amd_device_attribute_query). */
+#define OCL__GLOBAL_FREE_MEMORY_AMD 0x4039
+
+/* ------------------------------------------------------------------------
+ * OpenCL error names
+ * ---------------------------------------------------------------------- */
+
+#define OCL__ERRORS(X)                                                        \
+    X(CL_SUCCESS, 0)                                                          \
+    X(CL_DEVICE_NOT_FOUND, -1)                                                \
+    X(CL_DEVICE_NOT_AVAILABLE, -2)                                            \
+    X(CL_COMPILER_NOT_AVAILABLE, -3)                                          \
+    X(CL_MEM_OBJECT_ALLOCATION_FAILURE, -4)                                   \
+    X(CL_OUT_OF_RESOURCES, -5)                                                \
+    X(CL_OUT_OF_HOST_MEMORY, -6)                                              \
+    X(CL_PROFILING_INFO_NOT_AVAILABLE, -7)                                    \
+    X(CL_MEM_COPY_OVERLAP, -8)                                                \
+    X(CL_IMAGE_FORMAT_MISMATCH, -9)                                           \
+    X(CL_IMAGE_FORMAT_NOT_SUPPORTED, -10)                                     \
+    X(CL_BUILD_PROGRAM_FAILURE, -11)                                          \
+    X(CL_MAP_FAILURE, -12)                                                    \
+    X(CL_MISALIGNED_SUB_BUFFER_OFFSET, -13)                                   \
+    X(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, -14)                      \
+    X(CL_COMPILE_PROGRAM_FAILURE, -15)                                        \
+    X(CL_LINKER_NOT_AVAILABLE, -16)                                           \
+    X(CL_LINK_PROGRAM_FAILURE, -17)                                           \
+    X(CL_DEVICE_PARTITION_FAILED, -18)                                        \
+    X(CL_KERNEL_ARG_INFO_NOT_AVAILABLE, -19)                                  \
+    X(CL_INVALID_VALUE, -30)                                                  \
+    X(CL_INVALID_DEVICE_TYPE, -31)                                            \
+    X(CL_INVALID_PLATFORM, -32)                                               \
+    X(CL_INVALID_DEVICE, -33)                                                 \
+    X(CL_INVALID_CONTEXT, -34)                                                \
+    X(CL_INVALID_QUEUE_PROPERTIES, -35)                                       \
+    X(CL_INVALID_COMMAND_QUEUE, -36)                                          \
+    X(CL_INVALID_HOST_PTR, -37)                                               \
+    X(CL_INVALID_MEM_OBJECT, -38)                                             \
+    X(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR, -39)                                \
+    X(CL_INVALID_IMAGE_SIZE, -40)                                             \
+    X(CL_INVALID_SAMPLER, -41)                                                \
+    X(CL_INVALID_BINARY, -42)                                                 \
+    X(CL_INVALID_BUILD_OPTIONS, -43)                                          \
+    X(CL_INVALID_PROGRAM, -44)                                                \
+    X(CL_INVALID_PROGRAM_EXECUTABLE, -45)                                     \
+    X(CL_INVALID_KERNEL_NAME, -46)                                            \
+    X(CL_INVALID_KERNEL_DEFINITION, -47)                                      \
+    X(CL_INVALID_KERNEL, -48)                                                 \
+    X(CL_INVALID_ARG_INDEX, -49)                                              \
+    X(CL_INVALID_ARG_VALUE, -50)                                              \
+    X(CL_INVALID_ARG_SIZE, -51)                                               \
+    X(CL_INVALID_KERNEL_ARGS, -52)                                            \
+    X(CL_INVALID_WORK_DIMENSION, -53)                                         \
+    X(CL_INVALID_WORK_GROUP_SIZE, -54)                                        \
+    X(CL_INVALID_WORK_ITEM_SIZE, -55)                                         \
+    X(CL_INVALID_GLOBAL_OFFSET, -56)                                          \
+    X(CL_INVALID_EVENT_WAIT_LIST, -57)                                        \
+    X(CL_INVALID_EVENT, -58)                                                  \
+    X(CL_INVALID_OPERATION, -59)                                              \
+    X(CL_INVALID_GL_OBJECT, -60)                                              \
+    X(CL_INVALID_BUFFER_SIZE, -61)                                            \
+    X(CL_INVALID_MIP_LEVEL, -62)                                              \
+    X(CL_INVALID_GLOBAL_WORK_SIZE, -63)                                       \
+    X(CL_INVALID_PROPERTY, -64)                                               \
+    X(CL_INVALID_IMAGE_DESCRIPTOR, -65)                                       \
+    X(CL_INVALID_COMPILER_OPTIONS, -66)                                       \
+    X(CL_INVALID_LINKER_OPTIONS, -67)                                         \
+    X(CL_INVALID_DEVICE_PARTITION_COUNT, -68)                                 \
+    X(CL_INVALID_PIPE_SIZE, -69)                                              \
+    X(CL_INVALID_DEVICE_QUEUE, -70)                                           \
+    X(CL_INVALID_SPEC_ID, -71)                                                \
+    X(CL_MAX_SIZE_RESTRICTION_EXCEEDED, -72)                                  \
+    X(CL_PLATFORM_NOT_FOUND_KHR, -1001)                                       \
+    X(CL_INVALID_COMMAND_BUFFER_KHR, -1138)
+
+static const char *ocl__errname(cl_int err)
+{
+    switch (err) {
+#define OCL__ERR_CASE(name, code)                                             \
+    case code:                                                                \
+        return #name;
+        OCL__ERRORS(OCL__ERR_CASE)
+#undef OCL__ERR_CASE
+    }
+    return "CL_UNKNOWN_ERROR";
+}
+
+/* The spillway code for an OpenCL error of a call that is not an
+ * allocation.  Allocation failures that surface at first use are OOM. */
+static int ocl__code(cl_int err)
+{
+    switch (err) {
+    case CL_MEM_OBJECT_ALLOCATION_FAILURE:
+    case CL_OUT_OF_RESOURCES:
+        return SW_ERR_OOM;
+    case CL_OUT_OF_HOST_MEMORY:
+        return SW_ERR_HOST_OOM;
+    default:
+        return SW_ERR_DEVICE;
+    }
+}
+
+/* "opencl:N: CALL failed: CL_NAME (code)[: detail]" with code. */
+static int ocl__fail(int code, int index, const char *call, cl_int err,
+                     const char *detail)
+{
+    return sw__errorf(code, "opencl:%d: %s failed: %s (%d)%s%s", index, call,
+                      ocl__errname(err), (int)err, detail ? ": " : "",
+                      detail ? detail : "");
+}
+
+static int ocl__fail_enqueue(int index, const char *call, cl_int err)
+{
+    int code = ocl__code(err);
+    return ocl__fail(code, index, call, err,
+                     code == SW_ERR_OOM ? "the device could not provide the "
+                                          "memory (it allocates buffers at "
+                                          "their first use)"
+                                        : NULL);
+}
+
+/* ------------------------------------------------------------------------
+ * Kernels: OpenCL C source and the table of kernel names
+ * ---------------------------------------------------------------------- */
+
+/* In pieces: C compilers need only support string literals of 4095 bytes,
+ * and clCreateProgramWithSource takes several strings. */
+static const char *const ocl__source[] = {
+    "#pragma OPENCL FP_CONTRACT OFF\n"
+    "#ifdef SW_FP64\n"
+    "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+    "#endif\n"
+    /* Element-wise kernels: one element per work-item, one signature for
+     * all of them (unused operands are ignored).  Offsets are in elements.
+     * No restrict: out may be a (in-place), and element i only depends on
+     * element i. */
+    "#define SW_EW(NAME, T, EXPR)                                        \\\n"
+    "__kernel void NAME(__global T *o, ulong oo, __global const T *a,    \\\n"
+    "                   ulong ao, __global const T *b, ulong bo,         \\\n"
+    "                   T alpha, ulong n)                                \\\n"
+    "{                                                                   \\\n"
+    "    ulong i = get_global_id(0);                                     \\\n"
+    "    if (i < n)                                                      \\\n"
+    "        o[oo + i] = EXPR;                                           \\\n"
+    "}\n"
+    "#define SW_ARITH(S, T)                                              \\\n"
+    "    SW_EW(sw_add_##S, T, a[ao + i] + b[bo + i])                     \\\n"
+    "    SW_EW(sw_scale_##S, T, alpha * a[ao + i])                       \\\n"
+    "    SW_EW(sw_axpy_##S, T, alpha * a[ao + i] + o[oo + i])\n"
+    "SW_EW(sw_fill_u32, uint, alpha)\n"
+    "SW_EW(sw_fill_u64, ulong, alpha)\n"
+    "SW_EW(sw_copy_u32, uint, a[ao + i])\n"
+    "SW_EW(sw_copy_u64, ulong, a[ao + i])\n"
+    "SW_ARITH(f32, float)\n"
+    "SW_ARITH(u32, uint)\n"
+    "SW_ARITH(u64, ulong)\n"
+    "#ifdef SW_FP64\n"
+    "SW_ARITH(f64, double)\n"
+    "#endif\n"
+    ,
+    /* Bytes: a pattern fill at any offset (pattern byte k is bits 8k..8k+7
+     * of pat), and an overlapping move, run by one work-item in the
+     * direction that is safe. */
+    "__kernel void sw_fill_bytes(__global uchar *o, ulong oo, ulong pat,\n"
+    "                            uint psize, ulong n)\n"
+    "{\n"
+    "    ulong i = get_global_id(0);\n"
+    "    if (i < n)\n"
+    "        o[oo + i] = (uchar)(pat >> (8 * (i % psize)));\n"
+    "}\n"
+    "__kernel void sw_move_bytes(__global uchar *o, ulong oo,\n"
+    "                            __global const uchar *a, ulong ao, ulong n)\n"
+    "{\n"
+    "    if (get_global_id(0) != 0)\n"
+    "        return;\n"
+    "    if (oo < ao) {\n"
+    "        for (ulong i = 0; i < n; i++)\n"
+    "            o[oo + i] = a[ao + i];\n"
+    "    } else {\n"
+    "        for (ulong i = n; i-- > 0;)\n"
+    "            o[oo + i] = a[ao + i];\n"
+    "    }\n"
+    "}\n"
+    /* 8 result bytes in the device's byte order at any byte offset. */
+    "void sw_store8(__global uchar *out, ulong oo, ulong bits)\n"
+    "{\n"
+    "    for (int k = 0; k < 8; k++) {\n"
+    "#ifdef __ENDIAN_LITTLE__\n"
+    "        out[oo + k] = (uchar)(bits >> (8 * k));\n"
+    "#else\n"
+    "        out[oo + k] = (uchar)(bits >> (8 * (7 - k)));\n"
+    "#endif\n"
+    "    }\n"
+    "}\n"
+    ,
+    /* Sums: see the file comment for the order.  ACC is the accumulator,
+     * CONV reads one element into it, ADD combines two accumulators. */
+    "#define SW_PLUS(x, y) ((x) + (y))\n"
+    "#define SW_SUM1(S, T, ACC, ZERO, CONV, ADD)                          \\\n"
+    "__kernel void sw_sum1_##S(__global const T *a, ulong ao, ulong n,   \\\n"
+    "                          ulong tiles, __global ACC *part)          \\\n"
+    "{                                                                   \\\n"
+    "    __local ACC s[SW_RED_L];                                        \\\n"
+    "    uint j = (uint)get_local_id(0);                                 \\\n"
+    "    ulong lo = (ulong)get_group_id(0) * tiles * SW_RED_L;           \\\n"
+    "    ulong hi = min(lo + tiles * SW_RED_L, n);                       \\\n"
+    "    ACC acc = ZERO;                                                 \\\n"
+    "    for (ulong i = lo + j; i < hi; i += SW_RED_L)                   \\\n"
+    "        acc = ADD(acc, CONV(a[ao + i]));                            \\\n"
+    "    s[j] = acc;                                                     \\\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);                                   \\\n"
+    "    for (uint t = SW_RED_L / 2; t > 0; t >>= 1) {                   \\\n"
+    "        if (j < t)                                                  \\\n"
+    "            s[j] = ADD(s[j], s[j + t]);                             \\\n"
+    "        barrier(CLK_LOCAL_MEM_FENCE);                               \\\n"
+    "    }                                                               \\\n"
+    "    if (j == 0)                                                     \\\n"
+    "        part[get_group_id(0)] = s[0];                               \\\n"
+    "}\n"
+    "#define SW_SUM2(S, ACC, ZERO, ADD, BITS)                            \\\n"
+    "__kernel void sw_sum2_##S(__global const ACC *part, ulong groups,   \\\n"
+    "                          __global uchar *out, ulong oo)            \\\n"
+    "{                                                                   \\\n"
+    "    __local ACC s[SW_RED_L];                                        \\\n"
+    "    uint j = (uint)get_local_id(0);                                 \\\n"
+    "    ACC acc = ZERO;                                                 \\\n"
+    "    for (ulong i = j; i < groups; i += SW_RED_L)                    \\\n"
+    "        acc = ADD(acc, part[i]);                                    \\\n"
+    "    s[j] = acc;                                                     \\\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);                                   \\\n"
+    "    for (uint t = SW_RED_L / 2; t > 0; t >>= 1) {                   \\\n"
+    "        if (j < t)                                                  \\\n"
+    "            s[j] = ADD(s[j], s[j + t]);                             \\\n"
+    "        barrier(CLK_LOCAL_MEM_FENCE);                               \\\n"
+    "    }                                                               \\\n"
+    "    if (j == 0)                                                     \\\n"
+    "        sw_store8(out, oo, BITS(s[0]));                             \\\n"
+    "}\n"
+    "#define SW_U64(x) ((ulong)(x))\n"
+    "#define SW_SEXT(x) ((ulong)(long)(x))\n"
+    "SW_SUM1(i32, int, ulong, 0, SW_SEXT, SW_PLUS)\n"
+    "SW_SUM1(i64, ulong, ulong, 0, SW_U64, SW_PLUS)\n"
+    "SW_SUM2(u, ulong, 0, SW_PLUS, SW_U64)\n"
+    ,
+    "#ifdef SW_FP64\n"
+    "#define SW_F2D(x) ((double)(x))\n"
+    "SW_SUM1(f32, float, double, 0.0, SW_F2D, SW_PLUS)\n"
+    "SW_SUM1(f64, double, double, 0.0, SW_F2D, SW_PLUS)\n"
+    "SW_SUM2(d, double, 0.0, SW_PLUS, as_ulong)\n"
+    "#else\n"
+    /* float-float accumulators (hi, lo) with |lo| <= ulp(hi)/2: about 48
+     * bits of significand from float arithmetic alone (FP_CONTRACT is off,
+     * so the error-free transformations are exact). */
+    "float2 sw_ff_norm(float s, float e)\n"
+    "{\n"
+    "    float h = s + e;\n"
+    "    return (float2)(h, e - (h - s));\n"
+    "}\n"
+    "float2 sw_ff_add(float2 x, float2 y)\n"
+    "{\n"
+    "    float s = x.x + y.x;\n"
+    "    if (!isfinite(s))\n" /* inf or NaN: no low part to keep */
+    "        return (float2)(s, 0.0f);\n"
+    "    float bb = s - x.x;\n"
+    "    float e = (x.x - (s - bb)) + (y.x - bb);\n"
+    "    return sw_ff_norm(s, e + (x.y + y.y));\n"
+    "}\n"
+    "#define SW_FF(x) ((float2)((x), 0.0f))\n"
+    /* The float's value as m * 2^e, m signed (0 for zeros). */
+    "void sw_ff_split(float f, long *m, int *e)\n"
+    "{\n"
+    "    uint u = as_uint(f);\n"
+    "    uint ex = (u >> 23) & 0xffu;\n"
+    "    long fr = (long)(u & 0x7fffffu);\n"
+    "    if (ex == 0) {\n"
+    "        *e = -149;\n"
+    "    } else {\n"
+    "        fr |= 0x800000L;\n"
+    "        *e = (int)ex - 150;\n"
+    "    }\n"
+    "    *m = (u >> 31) ? -fr : fr;\n"
+    "}\n"
+    /* hi + lo rounded to the nearest double (ties to even), as its bits. */
+    "ulong sw_ff_bits(float2 v)\n"
+    "{\n"
+    "    uint uh = as_uint(v.x);\n"
+    "    if (((uh >> 23) & 0xffu) == 0xffu)\n"
+    "        return ((ulong)(uh >> 31) << 63) | 0x7ff0000000000000UL |\n"
+    "               ((ulong)(uh & 0x7fffffu) << 29);\n"
+    "    long mh, ml;\n"
+    "    int eh, el;\n"
+    "    sw_ff_split(v.x, &mh, &eh);\n"
+    "    sw_ff_split(v.y, &ml, &el);\n"
+    "    if (mh == 0 && ml == 0)\n"
+    "        return (ulong)(uh >> 31) << 63;\n"
+    "    if (mh == 0 || (ml != 0 && el > eh)) {\n"
+    "        long tm = mh; mh = ml; ml = tm;\n"
+    "        int te = eh; eh = el; el = te;\n"
+    "    }\n"
+    "    long t;\n"
+    "    int e;\n"
+    "    int d = ml == 0 ? 0 : eh - el;\n"
+    "    if (ml == 0) {\n"
+    "        t = mh;\n"
+    "        e = eh;\n"
+    "    } else if (d <= 37) {\n"
+    "        t = mh * (1L << d) + ml;\n"
+    "        e = el;\n"
+    "    } else {\n"
+    /* lo lies below the 61 bits kept: shift it down (rounding toward
+     * minus infinity) and keep a sticky bit for what was lost. */
+    "        int k = d - 37;\n"
+    "        long q;\n"
+    "        if (k > 40)\n"
+    "            q = ml < 0 ? -1 : 0;\n"
+    "        else if (ml >= 0)\n"
+    "            q = ml >> k;\n"
+    "        else\n"
+    "            q = -((-ml + (1L << k) - 1) >> k);\n"
+    "        int lost = k > 40 ? 1 : (ml - q * (1L << k)) != 0;\n"
+    "        t = (mh * (1L << 37) + q) * 2 + lost;\n"
+    "        e = el + k - 1;\n"
+    "    }\n"
+    "    if (t == 0)\n"
+    "        return 0;\n"
+    "    ulong sign = t < 0 ? (1UL << 63) : 0;\n"
+    "    ulong mag = t < 0 ? (ulong)(-t) : (ulong)t;\n"
+    "    int lz = (int)clz(mag);\n"
+    "    ulong norm = mag << lz;\n"
+    "    ulong m = norm >> 11;\n"
+    "    ulong rem = norm & 0x7ffUL;\n"
+    "    int x2 = e + 63 - lz;\n"
+    "    if (rem > 0x400UL || (rem == 0x400UL && (m & 1UL)))\n"
+    "        m++;\n"
+    "    if (m >> 53) {\n"
+    "        m >>= 1;\n"
+    "        x2++;\n"
+    "    }\n"
+    "    return sign | ((ulong)(x2 + 1023) << 52) | (m & 0xfffffffffffffUL);\n"
+    "}\n"
+    "SW_SUM1(f32, float, float2, (float2)(0.0f, 0.0f), SW_FF, sw_ff_add)\n"
+    "SW_SUM2(d, float2, (float2)(0.0f, 0.0f), sw_ff_add, sw_ff_bits)\n"
+    "#endif\n",
+};
+
+typedef enum ocl__kid {
+    OCL__FILL_U32,
+    OCL__FILL_U64,
+    OCL__COPY_U32,
+    OCL__COPY_U64,
+    OCL__ADD_F32,
+    OCL__SCALE_F32,
+    OCL__AXPY_F32,
+    OCL__ADD_U32,
+    OCL__SCALE_U32,
+    OCL__AXPY_U32,
+    OCL__ADD_U64,
+    OCL__SCALE_U64,
+    OCL__AXPY_U64,
+    OCL__ADD_F64,
+    OCL__SCALE_F64,
+    OCL__AXPY_F64,
+    OCL__FILL_BYTES,
+    OCL__MOVE_BYTES,
+    OCL__SUM1_I32,
+    OCL__SUM1_I64,
+    OCL__SUM2_U,
+    OCL__SUM1_F32,
+    OCL__SUM1_F64,
+    OCL__SUM2_D,
+    OCL__NKERNELS
+} ocl__kid;
+
+/* fp64: built only on devices with cl_khr_fp64 (and not turned off). */
+static const struct {
+    const char *name;
+    int fp64;
+} ocl__kernels[OCL__NKERNELS] = {
+    [OCL__FILL_U32] = {"sw_fill_u32", 0},
+    [OCL__FILL_U64] = {"sw_fill_u64", 0},
+    [OCL__COPY_U32] = {"sw_copy_u32", 0},
+    [OCL__COPY_U64] = {"sw_copy_u64", 0},
+    [OCL__ADD_F32] = {"sw_add_f32", 0},
+    [OCL__SCALE_F32] = {"sw_scale_f32", 0},
+    [OCL__AXPY_F32] = {"sw_axpy_f32", 0},
+    [OCL__ADD_U32] = {"sw_add_u32", 0},
+    [OCL__SCALE_U32] = {"sw_scale_u32", 0},
+    [OCL__AXPY_U32] = {"sw_axpy_u32", 0},
+    [OCL__ADD_U64] = {"sw_add_u64", 0},
+    [OCL__SCALE_U64] = {"sw_scale_u64", 0},
+    [OCL__AXPY_U64] = {"sw_axpy_u64", 0},
+    [OCL__ADD_F64] = {"sw_add_f64", 1},
+    [OCL__SCALE_F64] = {"sw_scale_f64", 1},
+    [OCL__AXPY_F64] = {"sw_axpy_f64", 1},
+    [OCL__FILL_BYTES] = {"sw_fill_bytes", 0},
+    [OCL__MOVE_BYTES] = {"sw_move_bytes", 0},
+    [OCL__SUM1_I32] = {"sw_sum1_i32", 0},
+    [OCL__SUM1_I64] = {"sw_sum1_i64", 0},
+    [OCL__SUM2_U] = {"sw_sum2_u", 0},
+    [OCL__SUM1_F32] = {"sw_sum1_f32", 0}, /* float-float without fp64 */
+    [OCL__SUM1_F64] = {"sw_sum1_f64", 1},
+    [OCL__SUM2_D] = {"sw_sum2_d", 0},
+};
+
+/* ------------------------------------------------------------------------
+ * Types
+ * ---------------------------------------------------------------------- */
+
+/* A free waiting for the work queued before it. */
+typedef struct ocl__dfree {
+    struct ocl__dfree *next;
+    cl_mem mem;
+    size_t size;
+    cl_event after; /* the queue's latest event then, retained */
+} ocl__dfree;
+
+struct sw__bqueue {
+    sw__bdev *dev;
+    cl_command_queue cq;
+    /* The event of the latest command enqueued (retained), NULL before the
+     * first: on an in-order queue it completes only once everything queued
+     * so far has, so it stands for all of it.  unflushed: commands were
+     * enqueued since the last clFlush. */
+    cl_event last;
+    int unflushed;
+    cl_mem partials; /* a sum's stage-1 results: OCL__SUM_GROUPS x 8 bytes */
+    ocl__dfree *head, *tail; /* deferred frees, oldest first */
+    sw__bqueue *next;        /* in dev->queues */
+};
+
+struct sw__bdev {
+    int index;
+    cl_device_id device;
+    cl_context ctx;
+    cl_program prog;
+    cl_kernel k[OCL__NKERNELS];
+    int fp64;
+    int amd_free; /* cl_amd_device_attribute_query */
+    size_t ew_local;  /* element-wise work-group size */
+    size_t red_local; /* reduction work-group size (SW_RED_L) */
+    uint64_t capacity;
+    uint64_t allocated; /* bytes of live and not yet reaped cl_mems */
+    sw__bqueue *default_q;
+    sw__bqueue *queues; /* all, default included */
+};
+
+struct sw__bevent {
+    cl_event ev;
+    int index;
+};
+
+/* ------------------------------------------------------------------------
+ * The device list, taken once per process
+ * ---------------------------------------------------------------------- */
+
+typedef struct ocl__entry {
+    cl_platform_id platform;
+    cl_device_id device;
+} ocl__entry;
+
+static struct {
+    int count;
+    ocl__entry dev[OCL__MAX_DEVICES];
+    char why[200];
+} ocl__list;
+static pthread_once_t ocl__list_once = PTHREAD_ONCE_INIT;
+
+/* "OpenCL 3.0 PoCL ..." -> 300; 0 if unreadable. */
+static int ocl__version(cl_device_id d)
+{
+    char buf[256] = "";
+    if (clGetDeviceInfo(d, CL_DEVICE_VERSION, sizeof buf - 1, buf, NULL) !=
+        CL_SUCCESS)
+        return 0;
+    int major = 0, minor = 0;
+    if (sscanf(buf, "OpenCL %d.%d", &major, &minor) != 2)
+        return 0;
+    return major * 100 + minor * 10;
+}
+
+static void ocl__enumerate(void)
+{
+    cl_uint np = 0;
+    cl_int err = clGetPlatformIDs(0, NULL, &np);
+    if (err != CL_SUCCESS || np == 0) {
+        snprintf(ocl__list.why, sizeof ocl__list.why,
+                 "no OpenCL platform (clGetPlatformIDs: %s); install an ICD "
+                 "such as pocl-opencl-icd",
+                 err != CL_SUCCESS ? ocl__errname(err) : "0 platforms");
+        return;
+    }
+    cl_platform_id *plats = calloc(np, sizeof *plats);
+    if (!plats) {
+        snprintf(ocl__list.why, sizeof ocl__list.why,
+                 "out of host memory listing OpenCL platforms");
+        return;
+    }
+    err = clGetPlatformIDs(np, plats, NULL);
+    int seen = 0, old = 0;
+    for (cl_uint p = 0; err == CL_SUCCESS && p < np; p++) {
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) !=
+                CL_SUCCESS ||
+            nd == 0)
+            continue;
+        cl_device_id *devs = calloc(nd, sizeof *devs);
+        if (!devs)
+            break;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) ==
+            CL_SUCCESS) {
+            for (cl_uint i = 0; i < nd; i++) {
+                seen++;
+                cl_bool avail = CL_FALSE, comp = CL_FALSE;
+                clGetDeviceInfo(devs[i], CL_DEVICE_AVAILABLE, sizeof avail,
+                                &avail, NULL);
+                clGetDeviceInfo(devs[i], CL_DEVICE_COMPILER_AVAILABLE,
+                                sizeof comp, &comp, NULL);
+                if (ocl__version(devs[i]) < 120) {
+                    old++;
+                    continue;
+                }
+                if (!avail || !comp || ocl__list.count >= OCL__MAX_DEVICES)
+                    continue;
+                ocl__list.dev[ocl__list.count].platform = plats[p];
+                ocl__list.dev[ocl__list.count].device = devs[i];
+                ocl__list.count++;
+            }
+        }
+        free(devs);
+    }
+    free(plats);
+    if (ocl__list.count == 0)
+        snprintf(ocl__list.why, sizeof ocl__list.why,
+                 "%d OpenCL device%s found, none usable (%d older than "
+                 "OpenCL 1.2; the others unavailable or without a compiler)",
+                 seen, seen == 1 ? "" : "s", old);
+}
+
+/* ------------------------------------------------------------------------
+ * Small helpers
+ * ---------------------------------------------------------------------- */
+
+static void ocl__human(uint64_t n, char *buf, size_t len)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%" PRIu64 " B", n);
+    else
+        snprintf(buf, len, "%.2f %s", v, unit[u]);
+}
+
+static size_t ocl__pow2_floor(size_t x)
+{
+    size_t p = 1;
+    while (p * 2 <= x && p * 2 != 0)
+        p *= 2;
+    return p;
+}
+
+static size_t ocl__round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+static const char *ocl__kernel_name(sw_kernel k)
+{
+    switch (k) {
+    case SW_KERNEL_FILL: return "FILL";
+    case SW_KERNEL_COPY: return "COPY";
+    case SW_KERNEL_ADD: return "ADD";
+    case SW_KERNEL_SCALE: return "SCALE";
+    case SW_KERNEL_AXPY: return "AXPY";
+    case SW_KERNEL_SUM: return "SUM";
+    }
+    return NULL;
+}
+
+static const char *ocl__dtype_name(sw_dtype d)
+{
+    switch (d) {
+    case SW_FLOAT32: return "float32";
+    case SW_FLOAT64: return "float64";
+    case SW_INT32: return "int32";
+    case SW_INT64: return "int64";
+    }
+    return NULL;
+}
+
+static size_t ocl__dtype_size(sw_dtype d)
+{
+    return d == SW_FLOAT64 || d == SW_INT64 ? 8 : 4;
+}
+
+/* ------------------------------------------------------------------------
+ * Events and the deferred frees
+ * ---------------------------------------------------------------------- */
+
+/* 1 when ev has completed (or failed: its commands are over either way),
+ * 0 while pending. */
+static int ocl__complete(cl_event ev)
+{
+    cl_int st = CL_QUEUED;
+    if (clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st,
+                       NULL) != CL_SUCCESS)
+        return 0;
+    return st == CL_COMPLETE || st < 0;
+}
+
+/* Every enqueue hands its event here: it becomes the queue's latest. */
+static void ocl__track(sw__bqueue *q, cl_event ev)
+{
+    if (q->last)
+        clReleaseEvent(q->last);
+    q->last = ev;
+    q->unflushed = 1;
+}
+
+/* An event that completes once all work queued on q so far has: the
+ * latest command's event (a marker, clEnqueueMarkerWithWaitList, only when
+ * nothing was ever enqueued), flushed so that it makes progress without a
+ * wait and may be waited for from another queue.  Reusing the latest
+ * command's event instead of enqueuing a marker each time saves PoCL a
+ * trip through its scheduler per host round trip (10 -> 7 us here).
+ * *out holds a reference of its own. */
+static int ocl__latest(sw__bqueue *q, cl_event *out)
+{
+    if (q->last == NULL) {
+        cl_event m = NULL;
+        cl_int err = clEnqueueMarkerWithWaitList(q->cq, 0, NULL, &m);
+        if (err != CL_SUCCESS)
+            return ocl__fail_enqueue(q->dev->index,
+                                     "clEnqueueMarkerWithWaitList", err);
+        ocl__track(q, m);
+    }
+    if (q->unflushed) {
+        clFlush(q->cq);
+        q->unflushed = 0;
+    }
+    clRetainEvent(q->last);
+    *out = q->last;
+    return SW_OK;
+}
+
+static void ocl__release_mem(sw__bdev *dev, cl_mem mem, size_t size)
+{
+    clReleaseMemObject(mem);
+    dev->allocated -= size;
+}
+
+/* Release the deferred frees of q whose work is done (all of them with
+ * force, after the queue was finished). */
+static void ocl__reap(sw__bqueue *q, int force)
+{
+    while (q->head && (force || ocl__complete(q->head->after))) {
+        ocl__dfree *f = q->head;
+        q->head = f->next;
+        if (!q->head)
+            q->tail = NULL;
+        ocl__release_mem(q->dev, f->mem, f->size);
+        clReleaseEvent(f->after);
+        free(f);
+    }
+}
+
+static void ocl__reap_all(sw__bdev *dev)
+{
+    for (sw__bqueue *q = dev->queues; q; q = q->next)
+        ocl__reap(q, 0);
+}
+
+/* ------------------------------------------------------------------------
+ * Launching kernels
+ * ---------------------------------------------------------------------- */
+
+typedef struct ocl__arg {
+    size_t size;
+    const void *value;
+} ocl__arg;
+
+static int ocl__launch_raw(sw__bqueue *q, ocl__kid kid, size_t global,
+                           size_t local, const ocl__arg *args, int nargs)
+{
+    sw__bdev *dev = q->dev;
+    cl_kernel k = dev->k[kid];
+    for (int i = 0; i < nargs; i++) {
+        cl_int err = clSetKernelArg(k, (cl_uint)i, args[i].size,
+                                    args[i].value);
+        if (err != CL_SUCCESS) {
+            char what[96];
+            snprintf(what, sizeof what, "argument %d of %s", i,
+                     ocl__kernels[kid].name);
+            return ocl__fail(SW_ERR_DEVICE, dev->index, "clSetKernelArg",
+                             err, what);
+        }
+    }
+    cl_event ev = NULL;
+    cl_int err = clEnqueueNDRangeKernel(q->cq, k, 1, NULL, &global, &local, 0,
+                                        NULL, &ev);
+    if (err != CL_SUCCESS) {
+        int code = ocl__code(err);
+        char what[160];
+        snprintf(what, sizeof what, "kernel %s, %zu work-items in groups of "
+                 "%zu%s", ocl__kernels[kid].name, global, local,
+                 code == SW_ERR_OOM ? "; the device could not provide the "
+                                      "memory of its operands (it allocates "
+                                      "buffers at their first use)"
+                                    : "");
+        return ocl__fail(code, dev->index, "clEnqueueNDRangeKernel", err,
+                         what);
+    }
+    ocl__track(q, ev);
+    return SW_OK;
+}
+
+/* An element-wise kernel over n elements, split into launches of at most
+ * OCL__MAX_ITEMS work-items.  Offsets are in elements. */
+static int ocl__launch_ew(sw__bqueue *q, ocl__kid kid, cl_mem o, size_t oo,
+                          cl_mem a, size_t ao, cl_mem b, size_t bo,
+                          const void *alpha, size_t alpha_size, size_t n)
+{
+    size_t local = q->dev->ew_local;
+    for (size_t done = 0; done < n;) {
+        size_t cnt = n - done < OCL__MAX_ITEMS ? n - done : OCL__MAX_ITEMS;
+        cl_ulong uoo = oo + done, uao = ao + done, ubo = bo + done,
+                 un = cnt;
+        ocl__arg args[8] = {
+            {sizeof o, &o},   {sizeof uoo, &uoo}, {sizeof a, &a},
+            {sizeof uao, &uao}, {sizeof b, &b},   {sizeof ubo, &ubo},
+            {alpha_size, alpha}, {sizeof un, &un},
+        };
+        int rc = ocl__launch_raw(q, kid, ocl__round_up(cnt, local), local,
+                                 args, 8);
+        if (rc != SW_OK)
+            return rc;
+        done += cnt;
+    }
+    return SW_OK;
+}
+
+/* Fill bytes [off, off + n) of mem with the pattern repeated. */
+static int ocl__fill_any(sw__bqueue *q, cl_mem mem, size_t off, size_t n,
+                         const unsigned char *pattern, size_t psize)
+{
+    if (off % psize == 0) {
+        cl_event ev = NULL;
+        cl_int err = clEnqueueFillBuffer(q->cq, mem, pattern, psize, off, n,
+                                         0, NULL, &ev);
+        if (err != CL_SUCCESS)
+            return ocl__fail_enqueue(q->dev->index, "clEnqueueFillBuffer",
+                                     err);
+        ocl__track(q, ev);
+        return SW_OK;
+    }
+    /* Not aligned to the pattern (clEnqueueFillBuffer requires it). */
+    cl_ulong pat = 0;
+    for (size_t k = 0; k < psize; k++)
+        pat |= (cl_ulong)pattern[k] << (8 * k);
+    cl_uint ps = (cl_uint)psize;
+    size_t local = q->dev->ew_local;
+    for (size_t done = 0; done < n;) {
+        size_t cnt = n - done < OCL__MAX_ITEMS ? n - done : OCL__MAX_ITEMS;
+        /* The chunk starts a whole number of patterns in (OCL__MAX_ITEMS
+         * is a multiple of 8), so i % psize stays in phase. */
+        cl_ulong uoo = off + done, un = cnt;
+        ocl__arg args[5] = {{sizeof mem, &mem}, {sizeof uoo, &uoo},
+                            {sizeof pat, &pat}, {sizeof ps, &ps},
+                            {sizeof un, &un}};
+        int rc = ocl__launch_raw(q, OCL__FILL_BYTES,
+                                 ocl__round_up(cnt, local), local, args, 5);
+        if (rc != SW_OK)
+            return rc;
+        done += cnt;
+    }
+    return SW_OK;
+}
+
+/* Copy n bytes; overlapping ranges of one buffer go through a serial
+ * move (clEnqueueCopyBuffer refuses them). */
+static int ocl__copy_any(sw__bqueue *q, cl_mem dst, size_t doff, cl_mem src,
+                         size_t soff, size_t n)
+{
+    if (dst == src && doff == soff)
+        return SW_OK;
+    if (dst == src && doff < soff + n && soff < doff + n) {
+        cl_ulong udo = doff, uso = soff, un = n;
+        ocl__arg args[5] = {{sizeof dst, &dst}, {sizeof udo, &udo},
+                            {sizeof src, &src}, {sizeof uso, &uso},
+                            {sizeof un, &un}};
+        return ocl__launch_raw(q, OCL__MOVE_BYTES, 1, 1, args, 5);
+    }
+    cl_event ev = NULL;
+    cl_int err = clEnqueueCopyBuffer(q->cq, src, dst, soff, doff, n, 0, NULL,
+                                     &ev);
+    if (err != CL_SUCCESS)
+        return ocl__fail_enqueue(q->dev->index, "clEnqueueCopyBuffer", err);
+    ocl__track(q, ev);
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Queues
+ * ---------------------------------------------------------------------- */
+
+static int ocl__queue_new(sw__bdev *dev, sw__bqueue **out)
+{
+    sw__bqueue *q = calloc(1, sizeof *q);
+    if (!q)
+        return sw__errorf(SW_ERR_HOST_OOM,
+                          "opencl:%d: out of host memory for a queue",
+                          dev->index);
+    q->dev = dev;
+    size_t psize = OCL__SUM_GROUPS * 8;
+    if (dev->capacity - dev->allocated < psize) {
+        free(q);
+        return sw__errorf(SW_ERR_OOM,
+                          "opencl:%d: no room for a queue's %zu bytes of sum "
+                          "partials within the capacity",
+                          dev->index, psize);
+    }
+    cl_int err = CL_SUCCESS;
+    q->cq = clCreateCommandQueue(dev->ctx, dev->device, 0, &err);
+    if (!q->cq || err != CL_SUCCESS) {
+        free(q);
+        return ocl__fail(ocl__code(err), dev->index, "clCreateCommandQueue",
+                         err, NULL);
+    }
+    q->partials = clCreateBuffer(dev->ctx, CL_MEM_READ_WRITE, psize, NULL,
+                                 &err);
+    if (!q->partials || err != CL_SUCCESS) {
+        clReleaseCommandQueue(q->cq);
+        free(q);
+        return ocl__fail(SW_ERR_OOM, dev->index, "clCreateBuffer", err,
+                         "the sum partials of a queue");
+    }
+    dev->allocated += psize;
+    q->next = dev->queues;
+    dev->queues = q;
+    *out = q;
+    return SW_OK;
+}
+
+/* Finish, release what waited for the queue, destroy. */
+static void ocl__queue_free(sw__bqueue *q)
+{
+    sw__bdev *dev = q->dev;
+    clFinish(q->cq);
+    ocl__reap(q, 1);
+    if (q->last)
+        clReleaseEvent(q->last);
+    ocl__release_mem(dev, q->partials, OCL__SUM_GROUPS * 8);
+    clReleaseCommandQueue(q->cq);
+    sw__bqueue **pp = &dev->queues;
+    while (*pp != q)
+        pp = &(*pp)->next;
+    *pp = q->next;
+    free(q);
+}
+
+/* ------------------------------------------------------------------------
+ * Configuration
+ * ---------------------------------------------------------------------- */
+
+/* The capacity override, 0 when unset. */
+static int ocl__env_memory(int index, uint64_t *out)
+{
+    *out = 0;
+    const char *s = getenv("SPILLWAY_OPENCL_MEMORY");
+    if (!s || !*s)
+        return SW_OK;
+    uint64_t v;
+    if (sw__parse_size(s, &v) != 0)
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "opencl:%d: SPILLWAY_OPENCL_MEMORY='%.100s' is not a "
+                          "size (expected bytes with an optional K, M, G or T "
+                          "suffix, e.g. 256M)",
+                          index, s);
+    if (v < OCL__MIN_MEMORY)
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "opencl:%d: SPILLWAY_OPENCL_MEMORY='%.100s' (%" PRIu64
+                          " bytes) is below the minimum of 1M",
+                          index, s, v);
+    *out = v;
+    return SW_OK;
+}
+
+static int ocl__env_fp64_off(void)
+{
+    const char *s = getenv("SPILLWAY_OPENCL_FP64");
+    return s && strcmp(s, "0") == 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Building the kernels
+ * ---------------------------------------------------------------------- */
+
+static int ocl__build(sw__bdev *dev, size_t red_local)
+{
+    char opts[160];
+    snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DSW_RED_L=%zu%s", red_local,
+             dev->fp64 ? " -DSW_FP64=1" : "");
+    cl_int err = CL_SUCCESS;
+    cl_program prog = clCreateProgramWithSource(
+        dev->ctx, (cl_uint)(sizeof ocl__source / sizeof ocl__source[0]),
+        (const char **)ocl__source, NULL, &err);
+    if (!prog || err != CL_SUCCESS)
+        return ocl__fail(ocl__code(err), dev->index,
+                         "clCreateProgramWithSource", err, NULL);
+    err = clBuildProgram(prog, 1, &dev->device, opts, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        char log[1024] = "";
+        clGetProgramBuildInfo(prog, dev->device, CL_PROGRAM_BUILD_LOG,
+                              sizeof log - 1, log, NULL);
+        log[sizeof log - 1] = '\0';
+        for (char *p = log; *p; p++)
+            if (*p == '\n')
+                *p = ' ';
+        clReleaseProgram(prog);
+        char detail[1200];
+        snprintf(detail, sizeof detail, "the built-in kernels (%s): %.900s",
+                 opts, log);
+        return ocl__fail(SW_ERR_DEVICE, dev->index, "clBuildProgram", err,
+                         detail);
+    }
+    for (int i = 0; i < OCL__NKERNELS; i++) {
+        if (ocl__kernels[i].fp64 && !dev->fp64)
+            continue;
+        dev->k[i] = clCreateKernel(prog, ocl__kernels[i].name, &err);
+        if (!dev->k[i] || err != CL_SUCCESS) {
+            for (int j = 0; j < i; j++)
+                if (dev->k[j]) {
+                    clReleaseKernel(dev->k[j]);
+                    dev->k[j] = NULL;
+                }
+            dev->k[i] = NULL;
+            clReleaseProgram(prog);
+            return ocl__fail(SW_ERR_DEVICE, dev->index, "clCreateKernel",
+                             err, ocl__kernels[i].name);
+        }
+    }
+    dev->prog = prog;
+    dev->red_local = red_local;
+    return SW_OK;
+}
+
+static void ocl__unbuild(sw__bdev *dev)
+{
+    for (int i = 0; i < OCL__NKERNELS; i++)
+        if (dev->k[i]) {
+            clReleaseKernel(dev->k[i]);
+            dev->k[i] = NULL;
+        }
+    if (dev->prog) {
+        clReleaseProgram(dev->prog);
+        dev->prog = NULL;
+    }
+}
+
+/* The largest work-group any of the given kernels allows. */
+static size_t ocl__kernels_wg(sw__bdev *dev, int first, int last)
+{
+    size_t lim = SIZE_MAX;
+    for (int i = first; i <= last; i++) {
+        size_t wg = 0;
+        if (!dev->k[i])
+            continue;
+        if (clGetKernelWorkGroupInfo(dev->k[i], dev->device,
+                                     CL_KERNEL_WORK_GROUP_SIZE, sizeof wg,
+                                     &wg, NULL) == CL_SUCCESS &&
+            wg > 0 && wg < lim)
+            lim = wg;
+    }
+    return lim;
+}
+
+/* Build with the largest reduction work-group the device allows, then
+ * pick the element-wise one; a kernel that allows less than was built for
+ * (register pressure on a GPU) gets a rebuild with its limit. */
+static int ocl__build_all(sw__bdev *dev)
+{
+    size_t maxwg = 1, items[3] = {1, 1, 1};
+    cl_ulong lmem = 0;
+    clGetDeviceInfo(dev->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof maxwg,
+                    &maxwg, NULL);
+    clGetDeviceInfo(dev->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof items,
+                    items, NULL);
+    clGetDeviceInfo(dev->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof lmem, &lmem,
+                    NULL);
+    size_t lim = OCL__MAX_LOCAL;
+    if (maxwg < lim)
+        lim = maxwg;
+    if (items[0] < lim)
+        lim = items[0];
+    if (lmem / 8 < lim)
+        lim = (size_t)(lmem / 8);
+    if (lim < 1)
+        lim = 1;
+    size_t red = ocl__pow2_floor(lim);
+    int rc = ocl__build(dev, red);
+    if (rc != SW_OK)
+        return rc;
+    size_t red_ok = ocl__kernels_wg(dev, OCL__SUM1_I32, OCL__SUM2_D);
+    if (red_ok < red) {
+        ocl__unbuild(dev);
+        red = ocl__pow2_floor(red_ok);
+        rc = ocl__build(dev, red);
+        if (rc != SW_OK)
+            return rc;
+    }
+    size_t ew = ocl__kernels_wg(dev, OCL__FILL_U32, OCL__FILL_BYTES);
+    if (ew > lim)
+        ew = lim;
+    dev->ew_local = ocl__pow2_floor(ew);
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Operations: devices and memory
+ * ---------------------------------------------------------------------- */
+
+static int ocl_device_count(int *count, char *why, size_t why_len)
+{
+    pthread_once(&ocl__list_once, ocl__enumerate);
+    *count = ocl__list.count;
+    if (why_len > 0)
+        snprintf(why, why_len, "%s", ocl__list.why);
+    return SW_OK;
+}
+
+static const char *ocl__type_name(cl_device_type t)
+{
+    if (t & CL_DEVICE_TYPE_GPU)
+        return "GPU";
+    if (t & CL_DEVICE_TYPE_CPU)
+        return "CPU";
+    if (t & CL_DEVICE_TYPE_ACCELERATOR)
+        return "accelerator";
+    return "device";
+}
+
+static void ocl__close_dev(sw__bdev *dev)
+{
+    while (dev->queues)
+        ocl__queue_free(dev->queues);
+    ocl__unbuild(dev);
+    if (dev->ctx)
+        clReleaseContext(dev->ctx);
+    free(dev);
+}
+
+static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
+{
+    pthread_once(&ocl__list_once, ocl__enumerate);
+    if (index < 0 || index >= ocl__list.count)
+        return sw__errorf(SW_ERR_NO_DEVICE,
+                          "opencl:%d: no such device (%d OpenCL device%s)",
+                          index, ocl__list.count,
+                          ocl__list.count == 1 ? "" : "s");
+    uint64_t override = 0;
+    int rc = ocl__env_memory(index, &override);
+    if (rc != SW_OK)
+        return rc;
+
+    sw__bdev *dev = calloc(1, sizeof *dev);
+    if (!dev)
+        return sw__errorf(SW_ERR_HOST_OOM, "opencl:%d: out of host memory",
+                          index);
+    dev->index = index;
+    dev->device = ocl__list.dev[index].device;
+    cl_platform_id plat = ocl__list.dev[index].platform;
+
+    cl_ulong gmem = 0, maxalloc = 0;
+    cl_device_type type = 0;
+    char name[96] = "", pname[64] = "";
+    clGetDeviceInfo(dev->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof gmem,
+                    &gmem, NULL);
+    clGetDeviceInfo(dev->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE,
+                    sizeof maxalloc, &maxalloc, NULL);
+    clGetDeviceInfo(dev->device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    clGetDeviceInfo(dev->device, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+    clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+    /* The extension string may be longer than ext: then the query fails,
+     * so ask for its size first. */
+    size_t extlen = 0;
+    char *exts = NULL;
+    if (clGetDeviceInfo(dev->device, CL_DEVICE_EXTENSIONS, 0, NULL,
+                        &extlen) == CL_SUCCESS &&
+        extlen > 0 && (exts = calloc(1, extlen + 1)) != NULL)
+        clGetDeviceInfo(dev->device, CL_DEVICE_EXTENSIONS, extlen, exts,
+                        NULL);
+    int has_fp64 = exts && strstr(exts, "cl_khr_fp64") != NULL;
+    dev->amd_free = exts &&
+                    strstr(exts, "cl_amd_device_attribute_query") != NULL;
+    free(exts);
+    dev->fp64 = has_fp64 && !ocl__env_fp64_off();
+
+    if (gmem == 0) {
+        free(dev);
+        return sw__errorf(SW_ERR_DEVICE,
+                          "opencl:%d: %s reports no global memory "
+                          "(CL_DEVICE_GLOBAL_MEM_SIZE is 0)",
+                          index, name);
+    }
+    dev->capacity = gmem;
+    if (override != 0 && override < dev->capacity)
+        dev->capacity = override;
+    dev->capacity -= dev->capacity % SW_ALLOC_GRANULARITY;
+
+    cl_int err = CL_SUCCESS;
+    cl_context_properties cprops[] = {CL_CONTEXT_PLATFORM,
+                                      (cl_context_properties)plat, 0};
+    dev->ctx = clCreateContext(cprops, 1, &dev->device, NULL, NULL, &err);
+    if (!dev->ctx || err != CL_SUCCESS) {
+        dev->ctx = NULL;
+        ocl__close_dev(dev);
+        return ocl__fail(ocl__code(err), index, "clCreateContext", err,
+                         name);
+    }
+    rc = ocl__build_all(dev);
+    if (rc == SW_OK)
+        rc = ocl__queue_new(dev, &dev->default_q);
+    if (rc != SW_OK) {
+        ocl__close_dev(dev);
+        return rc;
+    }
+
+    char cap[32], gm[32];
+    ocl__human(dev->capacity, cap, sizeof cap);
+    ocl__human(gmem, gm, sizeof gm);
+    /* Composed at full length, then cut to the field. */
+    char desc[320];
+    if (dev->capacity < gmem)
+        snprintf(desc, sizeof desc,
+                 "%.60s (%.30s, %s), capacity %s of %s "
+                 "(SPILLWAY_OPENCL_MEMORY)%s",
+                 name, pname, ocl__type_name(type), cap, gm,
+                 dev->fp64 ? "" : ", no fp64");
+    else
+        snprintf(desc, sizeof desc, "%.60s (%.30s, %s), capacity %s%s", name,
+                 pname, ocl__type_name(type), cap,
+                 dev->fp64 ? "" : ", no fp64");
+    memset(props, 0, sizeof *props);
+    size_t dlen = strlen(desc);
+    if (dlen >= sizeof props->description)
+        dlen = sizeof props->description - 1;
+    memcpy(props->description, desc, dlen);
+    props->total = dev->capacity;
+    props->max_alloc = maxalloc != 0 && maxalloc < dev->capacity
+                           ? maxalloc - maxalloc % SW_ALLOC_GRANULARITY
+                           : dev->capacity;
+    /* The contract's mem is a cl_mem, not an address: there is no host
+     * address to give out through it (see docs/opencl.md). */
+    props->host_addressable = 0;
+    *out = dev;
+    return SW_OK;
+}
+
+static void ocl_close(sw__bdev *dev)
+{
+    if (dev)
+        ocl__close_dev(dev);
+}
+
+static int ocl_alloc(sw__bdev *dev, size_t size, uintptr_t *mem)
+{
+    if (size == 0 || size % SW_ALLOC_GRANULARITY != 0)
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "opencl:%d: allocation of %zu bytes: not a positive "
+                          "multiple of %u",
+                          dev->index, size, SW_ALLOC_GRANULARITY);
+    ocl__reap_all(dev);
+    if (size > dev->capacity - dev->allocated) {
+        char a[32], c[32], s[32];
+        ocl__human(dev->allocated, a, sizeof a);
+        ocl__human(dev->capacity, c, sizeof c);
+        ocl__human(size, s, sizeof s);
+        return sw__errorf(SW_ERR_OOM,
+                          "opencl:%d: %s more would pass the device's "
+                          "capacity of %s (%s, %" PRIu64 " bytes, are "
+                          "allocated; spillway enforces the capacity itself, "
+                          "as some runtimes, PoCL among them, let "
+                          "allocations grow past the memory they report)",
+                          dev->index, s, c, a, dev->allocated);
+    }
+    cl_int err = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(dev->ctx, CL_MEM_READ_WRITE, size, NULL, &err);
+    if (!m || err != CL_SUCCESS) {
+        char what[64];
+        snprintf(what, sizeof what, "%zu bytes", size);
+        int code = err == CL_INVALID_BUFFER_SIZE ? SW_ERR_TOO_LARGE
+                   : err == CL_MEM_OBJECT_ALLOCATION_FAILURE ||
+                           err == CL_OUT_OF_RESOURCES ||
+                           err == CL_OUT_OF_HOST_MEMORY
+                       ? SW_ERR_OOM
+                       : SW_ERR_DEVICE;
+        return ocl__fail(code, dev->index, "clCreateBuffer", err, what);
+    }
+    dev->allocated += size;
+    *mem = (uintptr_t)m;
+    return SW_OK;
+}
+
+static int ocl_free(sw__bdev *dev, sw__bqueue *q, uintptr_t mem, size_t size)
+{
+    if (!q)
+        q = dev->default_q;
+    cl_mem m = (cl_mem)mem;
+    ocl__reap(q, 0);
+    /* Idle queue (its latest command complete, no older frees waiting):
+     * stream order already holds. */
+    int idle = !q->head && (q->last == NULL || ocl__complete(q->last));
+    if (idle) {
+        ocl__release_mem(dev, m, size);
+        return SW_OK;
+    }
+    ocl__dfree *f = malloc(sizeof *f);
+    cl_event after = NULL;
+    if (!f || ocl__latest(q, &after) != SW_OK) {
+        /* No way to wait: release now.  OpenCL keeps the buffer alive for
+         * the commands already queued on it, so this is still safe; only
+         * our count drops a little early. */
+        free(f);
+        ocl__release_mem(dev, m, size);
+        return SW_OK;
+    }
+    f->next = NULL;
+    f->mem = m;
+    f->size = size;
+    f->after = after;
+    if (q->tail)
+        q->tail->next = f;
+    else
+        q->head = f;
+    q->tail = f;
+    return SW_OK;
+}
+
+static int ocl_mem_info(sw__bdev *dev, uint64_t *free_bytes, uint64_t *total,
+                        int *free_known)
+{
+    ocl__reap_all(dev);
+    *total = dev->capacity;
+    *free_known = 0;
+    *free_bytes = 0;
+    if (dev->amd_free) {
+        /* Free memory in KiB: total free, largest free block. */
+        size_t kib[2] = {0, 0};
+        if (clGetDeviceInfo(dev->device, OCL__GLOBAL_FREE_MEMORY_AMD,
+                            sizeof kib, kib, NULL) == CL_SUCCESS) {
+            uint64_t drv = (uint64_t)kib[0] * 1024;
+            uint64_t ours = dev->capacity - dev->allocated;
+            *free_bytes = drv < ours ? drv : ours;
+            *free_known = 1;
+        }
+    }
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Operations: queues and transfers
+ * ---------------------------------------------------------------------- */
+
+static sw__bqueue *ocl_default_queue(sw__bdev *dev) { return dev->default_q; }
+
+static int ocl_queue_create(sw__bdev *dev, sw__bqueue **out)
+{
+    return ocl__queue_new(dev, out);
+}
+
+static void ocl_queue_destroy(sw__bqueue *q)
+{
+    if (q && q != q->dev->default_q)
+        ocl__queue_free(q);
+}
+
+static int ocl_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
+                     const void *src, size_t n)
+{
+    if (n == 0)
+        return sw__errorf(SW_ERR_INVALID_ARG, "opencl:%d: write of 0 bytes",
+                          q->dev->index);
+    cl_event ev = NULL;
+    cl_int err = clEnqueueWriteBuffer(q->cq, (cl_mem)dst, CL_FALSE, dst_off,
+                                      n, src, 0, NULL, &ev);
+    if (err != CL_SUCCESS)
+        return ocl__fail_enqueue(q->dev->index, "clEnqueueWriteBuffer", err);
+    ocl__track(q, ev);
+    return SW_OK;
+}
+
+static int ocl_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
+                    size_t n)
+{
+    if (n == 0)
+        return sw__errorf(SW_ERR_INVALID_ARG, "opencl:%d: read of 0 bytes",
+                          q->dev->index);
+    cl_event ev = NULL;
+    cl_int err = clEnqueueReadBuffer(q->cq, (cl_mem)src, CL_FALSE, src_off, n,
+                                     dst, 0, NULL, &ev);
+    if (err != CL_SUCCESS)
+        return ocl__fail_enqueue(q->dev->index, "clEnqueueReadBuffer", err);
+    ocl__track(q, ev);
+    return SW_OK;
+}
+
+static int ocl_copy(sw__bqueue *q, uintptr_t dst, size_t dst_off,
+                    uintptr_t src, size_t src_off, size_t n)
+{
+    if (n == 0)
+        return sw__errorf(SW_ERR_INVALID_ARG, "opencl:%d: copy of 0 bytes",
+                          q->dev->index);
+    return ocl__copy_any(q, (cl_mem)dst, dst_off, (cl_mem)src, src_off, n);
+}
+
+static int ocl_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
+                    const void *pattern, size_t pattern_size)
+{
+    if ((pattern_size != 1 && pattern_size != 2 && pattern_size != 4 &&
+         pattern_size != 8) ||
+        n == 0 || n % pattern_size != 0)
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "opencl:%d: fill of %zu bytes with a %zu-byte "
+                          "pattern: the pattern must be 1, 2, 4 or 8 bytes "
+                          "and divide a nonzero length",
+                          q->dev->index, n, pattern_size);
+    return ocl__fill_any(q, (cl_mem)dst, dst_off, n, pattern, pattern_size);
+}
+
+/* ------------------------------------------------------------------------
+ * Operations: kernels
+ * ---------------------------------------------------------------------- */
+
+/* An operand must be a buffer of this context holding [off, off + len). */
+static int ocl__check_operand(sw__bdev *dev, const char *kname,
+                              const char *dname, const char *which,
+                              const sw_devmem *m, size_t len)
+{
+    if (m->base == 0)
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "opencl:%d: kernel %s %s: operand %s is a null "
+                          "buffer",
+                          dev->index, kname, dname, which);
+    size_t size = 0;
+    cl_int err = clGetMemObjectInfo((cl_mem)m->base, CL_MEM_SIZE, sizeof size,
+                                    &size, NULL);
+    if (err != CL_SUCCESS)
+        return ocl__fail(SW_ERR_INVALID_ARG, dev->index, "clGetMemObjectInfo",
+                         err, "a kernel operand is not an OpenCL buffer");
+    if (m->offset > size || len > size - m->offset)
+        return sw__errorf(SW_ERR_OUT_OF_RANGE,
+                          "opencl:%d: kernel %s %s: operand %s [%zu+%zu) "
+                          "lies outside its buffer of %zu bytes",
+                          dev->index, kname, dname, which, m->offset, len,
+                          size);
+    return SW_OK;
+}
+
+static int ocl__sum(sw__bqueue *q, const sw_kernel_args *args)
+{
+    sw__bdev *dev = q->dev;
+    size_t L = dev->red_local;
+    size_t n = args->n;
+    size_t groups = (n + L - 1) / L;
+    if (groups > OCL__SUM_GROUPS)
+        groups = OCL__SUM_GROUPS;
+    cl_ulong tiles = (n + groups * L - 1) / (groups * L);
+    size_t es = ocl__dtype_size(args->dtype);
+    ocl__kid k1, k2;
+    switch (args->dtype) {
+    case SW_FLOAT32: k1 = OCL__SUM1_F32; k2 = OCL__SUM2_D; break;
+    case SW_FLOAT64: k1 = OCL__SUM1_F64; k2 = OCL__SUM2_D; break;
+    case SW_INT32: k1 = OCL__SUM1_I32; k2 = OCL__SUM2_U; break;
+    default: k1 = OCL__SUM1_I64; k2 = OCL__SUM2_U; break;
+    }
+    cl_mem a = (cl_mem)args->a.base, out = (cl_mem)args->out.base;
+    cl_ulong ao = args->a.offset / es, un = n, ug = groups,
+             oo = args->out.offset;
+    ocl__arg s1[5] = {{sizeof a, &a},
+                      {sizeof ao, &ao},
+                      {sizeof un, &un},
+                      {sizeof tiles, &tiles},
+                      {sizeof q->partials, &q->partials}};
+    int rc = ocl__launch_raw(q, k1, groups * L, L, s1, 5);
+    if (rc != SW_OK)
+        return rc;
+    ocl__arg s2[4] = {{sizeof q->partials, &q->partials},
+                      {sizeof ug, &ug},
+                      {sizeof out, &out},
+                      {sizeof oo, &oo}};
+    return ocl__launch_raw(q, k2, L, L, s2, 4);
+}
+
+/* The dtype's element bits of alpha (as the simulated device does). */
+static void ocl__alpha_bits(sw_dtype d, sw_scalar v, void *out)
+{
+    switch (d) {
+    case SW_FLOAT32: {
+        float f = (float)v.f;
+        memcpy(out, &f, 4);
+        break;
+    }
+    case SW_FLOAT64:
+        memcpy(out, &v.f, 8);
+        break;
+    case SW_INT32: {
+        uint32_t u = (uint32_t)(uint64_t)v.i;
+        memcpy(out, &u, 4);
+        break;
+    }
+    case SW_INT64:
+        memcpy(out, &v.i, 8);
+        break;
+    }
+}
+
+static int ocl_launch(sw__bqueue *q, const sw_kernel_args *args)
+{
+    sw__bdev *dev = q->dev;
+    int idx = dev->index;
+    const char *kname = ocl__kernel_name(args->kernel);
+    const char *dname = ocl__dtype_name(args->dtype);
+    if (!kname)
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "opencl:%d: unknown kernel %d in a launch", idx,
+                          (int)args->kernel);
+    if (!dname)
+        return sw__errorf(SW_ERR_DTYPE,
+                          "opencl:%d: unknown dtype %d in a launch", idx,
+                          (int)args->dtype);
+    size_t es = ocl__dtype_size(args->dtype);
+    if (args->n == 0 || args->n > SIZE_MAX / es)
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "opencl:%d: kernel %s %s with n=%zu elements", idx,
+                          kname, dname, args->n);
+    if (args->dtype == SW_FLOAT64 && !dev->fp64)
+        return sw__errorf(SW_ERR_DTYPE,
+                          "opencl:%d: kernel %s float64: this device has no "
+                          "double precision (cl_khr_fp64)%s",
+                          idx, kname,
+                          ocl__env_fp64_off() ? ", turned off by "
+                                                "SPILLWAY_OPENCL_FP64=0"
+                                              : "");
+    size_t bytes = args->n * es;
+
+    /* Operands, ranges and (for typed access) alignment. */
+    const sw_devmem *ops[3] = {NULL, NULL, NULL};
+    size_t lens[3] = {bytes, bytes, bytes};
+    const char *names[3] = {"out", "a", "b"};
+    int typed = 1;
+    switch (args->kernel) {
+    case SW_KERNEL_ADD:
+        ops[2] = &args->b;
+        /* fall through */
+    case SW_KERNEL_SCALE:
+    case SW_KERNEL_AXPY:
+    case SW_KERNEL_COPY:
+        ops[0] = &args->out;
+        ops[1] = &args->a;
+        break;
+    case SW_KERNEL_FILL:
+        ops[0] = &args->out;
+        break;
+    case SW_KERNEL_SUM:
+        ops[0] = &args->out;
+        lens[0] = 8;
+        ops[1] = &args->a;
+        break;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (!ops[i])
+            continue;
+        int rc = ocl__check_operand(dev, kname, dname, names[i], ops[i],
+                                    lens[i]);
+        if (rc != SW_OK)
+            return rc;
+        /* SUM's out is stored byte by byte; FILL and COPY fall back to
+         * byte kernels. */
+        if (ops[i]->offset % es != 0 &&
+            !(args->kernel == SW_KERNEL_SUM && i == 0)) {
+            if (args->kernel == SW_KERNEL_FILL ||
+                args->kernel == SW_KERNEL_COPY) {
+                typed = 0;
+                continue;
+            }
+            return sw__errorf(SW_ERR_INVALID_ARG,
+                              "opencl:%d: kernel %s %s: operand %s at byte "
+                              "offset %zu is not aligned to its %zu-byte "
+                              "elements",
+                              idx, kname, dname, names[i], ops[i]->offset,
+                              es);
+        }
+    }
+
+    cl_mem o = (cl_mem)args->out.base;
+    cl_mem a = args->a.base ? (cl_mem)args->a.base : o;
+    cl_mem b = args->b.base ? (cl_mem)args->b.base : o;
+    unsigned char alpha[8];
+    ocl__alpha_bits(args->dtype, args->alpha, alpha);
+
+    switch (args->kernel) {
+    case SW_KERNEL_FILL:
+        if (!typed)
+            return ocl__fill_any(q, o, args->out.offset, bytes, alpha, es);
+        return ocl__launch_ew(q, es == 4 ? OCL__FILL_U32 : OCL__FILL_U64, o,
+                              args->out.offset / es, o, 0, o, 0, alpha, es,
+                              args->n);
+    case SW_KERNEL_COPY: {
+        int overlap = o == a && args->out.offset < args->a.offset + bytes &&
+                      args->a.offset < args->out.offset + bytes;
+        if (!typed || overlap)
+            return ocl__copy_any(q, o, args->out.offset, a, args->a.offset,
+                                 bytes);
+        return ocl__launch_ew(q, es == 4 ? OCL__COPY_U32 : OCL__COPY_U64, o,
+                              args->out.offset / es, a, args->a.offset / es,
+                              o, 0, alpha, es, args->n);
+    }
+    case SW_KERNEL_SUM:
+        return ocl__sum(q, args);
+    default:
+        break;
+    }
+    static const ocl__kid table[3][4] = {
+        /* float32, float64, int32, int64 */
+        {OCL__ADD_F32, OCL__ADD_F64, OCL__ADD_U32, OCL__ADD_U64},
+        {OCL__SCALE_F32, OCL__SCALE_F64, OCL__SCALE_U32, OCL__SCALE_U64},
+        {OCL__AXPY_F32, OCL__AXPY_F64, OCL__AXPY_U32, OCL__AXPY_U64},
+    };
+    int row = args->kernel == SW_KERNEL_ADD     ? 0
+              : args->kernel == SW_KERNEL_SCALE ? 1
+                                                : 2;
+    return ocl__launch_ew(q, table[row][args->dtype], o,
+                          args->out.offset / es, a, args->a.offset / es, b,
+                          args->b.offset / es, alpha, es, args->n);
+}
+
+/* ------------------------------------------------------------------------
+ * Operations: events and waiting
+ * ---------------------------------------------------------------------- */
+
+static int ocl_event_record(sw__bqueue *q, sw__bevent **out)
+{
+    sw__bevent *ev = malloc(sizeof *ev);
+    if (!ev)
+        return sw__errorf(SW_ERR_HOST_OOM,
+                          "opencl:%d: out of host memory for an event",
+                          q->dev->index);
+    int rc = ocl__latest(q, &ev->ev);
+    if (rc != SW_OK) {
+        free(ev);
+        return rc;
+    }
+    ev->index = q->dev->index;
+    *out = ev;
+    return SW_OK;
+}
+
+/* The error of an event whose status is negative: the work before it
+ * failed. */
+static int ocl__status_error(const sw__bevent *ev, cl_int st)
+{
+    int code = ocl__code(st);
+    return sw__errorf(code,
+                      "opencl:%d: work queued before this point failed: "
+                      "execution status %s (%d)%s",
+                      ev->index, ocl__errname(st), (int)st,
+                      code == SW_ERR_OOM ? " (the device could not provide "
+                                           "memory at the buffer's first "
+                                           "use)"
+                                         : "");
+}
+
+static int ocl_event_query(sw__bevent *ev, int *done)
+{
+    cl_int st = CL_QUEUED;
+    cl_int err = clGetEventInfo(ev->ev, CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                sizeof st, &st, NULL);
+    if (err != CL_SUCCESS)
+        return ocl__fail(SW_ERR_DEVICE, ev->index, "clGetEventInfo", err,
+                         NULL);
+    if (st < 0)
+        return ocl__status_error(ev, st);
+    *done = st == CL_COMPLETE;
+    return SW_OK;
+}
+
+static int ocl_event_wait(sw__bevent *ev)
+{
+    cl_int err = clWaitForEvents(1, &ev->ev);
+    cl_int st = CL_COMPLETE;
+    clGetEventInfo(ev->ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st,
+                   NULL);
+    if (st < 0)
+        return ocl__status_error(ev, st);
+    if (err != CL_SUCCESS)
+        return ocl__fail(ocl__code(err), ev->index, "clWaitForEvents", err,
+                         NULL);
+    return SW_OK;
+}
+
+static void ocl_event_release(sw__bevent *ev)
+{
+    if (!ev)
+        return;
+    clReleaseEvent(ev->ev);
+    free(ev);
+}
+
+static int ocl_synchronize(sw__bqueue *q)
+{
+    cl_int err = clFinish(q->cq);
+    if (err != CL_SUCCESS)
+        return ocl__fail(ocl__code(err), q->dev->index, "clFinish", err,
+                         NULL);
+    return SW_OK;
+}
+
+/* Work enqueued on q from now on waits for ev, on the device.  The event's
+ * queue was flushed when it was recorded (ocl__latest), as OpenCL requires
+ * of an event waited for from another queue. */
+static int ocl_wait_event(sw__bqueue *q, sw__bevent *ev)
+{
+    cl_event done = NULL;
+    cl_int err = clEnqueueBarrierWithWaitList(q->cq, 1, &ev->ev, &done);
+    if (err != CL_SUCCESS)
+        return ocl__fail_enqueue(q->dev->index, "clEnqueueBarrierWithWaitList",
+                                 err);
+    ocl__track(q, done);
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * The ops table
+ * ---------------------------------------------------------------------- */
+
+const sw__backend_ops sw__opencl_backend = {
+    .version = SW__BACKEND_VERSION,
+    .name = "opencl",
+    .device_count = ocl_device_count,
+    .open = ocl_open,
+    .close = ocl_close,
+    .alloc = ocl_alloc,
+    .free = ocl_free,
+    .mem_info = ocl_mem_info,
+    .default_queue = ocl_default_queue,
+    .queue_create = ocl_queue_create,
+    .queue_destroy = ocl_queue_destroy,
+    .write = ocl_write,
+    .read = ocl_read,
+    .copy = ocl_copy,
+    .fill = ocl_fill,
+    .launch = ocl_launch,
+    .event_record = ocl_event_record,
+    .event_query = ocl_event_query,
+    .event_wait = ocl_event_wait,
+    .event_release = ocl_event_release,
+    .synchronize = ocl_synchronize,
+    .wait_event = ocl_wait_event,
+};

@@ -1,0 +1,106 @@
+"""pytest configuration for spillway's Python suite.
+
+Which spillway is tested: the build tree's (BUILD/python, BUILD being
+$SPILLWAY_BUILD_DIR or build/), put first on sys.path; with
+SPILLWAY_TEST_INSTALLED=1, whatever `import spillway` finds (an installed
+package).
+
+The simulated device reads SPILLWAY_SIM_MEMORY and SPILLWAY_SIM_DEVICES when
+it is opened, which in a process is once.  The suite sets them here, before
+spillway is imported, for the whole session: two simulated devices of
+64 MiB each, small enough that the memory-pressure tests fill one quickly.
+Tests that need a different size start a subprocess.  The pressure tests
+use the simulated device sim:0 ("sim" fixture); the others use the default
+device ("dev" fixture: $SPILLWAY_DEVICE, or sim:0), so the suite can run
+against other backends too.
+
+After every test an autouse fixture checks for leaks: every Array created
+during the test must be gone after gc.collect() (weak references), and
+every open device must have nothing in use and nothing spilled.
+"""
+
+import gc
+import os
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SIM_MEMORY = 64 << 20
+
+os.environ["SPILLWAY_SIM_MEMORY"] = "64M"
+os.environ["SPILLWAY_SIM_DEVICES"] = "2"
+
+if os.environ.get("SPILLWAY_TEST_INSTALLED") != "1":
+    _build = pathlib.Path(os.environ.get("SPILLWAY_BUILD_DIR", ROOT / "build"))
+    if not _build.is_absolute():
+        _build = ROOT / _build
+    sys.path.insert(0, str(_build / "python"))
+
+import spillway  # noqa: E402
+from spillway import _testing  # noqa: E402
+
+if os.environ.get("SPILLWAY_TEST_INSTALLED") != "1":
+    _where = pathlib.Path(spillway.__file__).resolve().parent
+    if _where != (_build / "python" / "spillway").resolve():
+        raise RuntimeError(f"testing spillway from {_where}, not from the "
+                           f"build tree {_build}")
+
+
+def pytest_report_header(config):
+    return [f"spillway {spillway.__version__} from "
+            f"{pathlib.Path(spillway.__file__).parent}, default device "
+            f"{spillway.Device().name}"]
+
+
+@pytest.fixture
+def sim():
+    """The small simulated device the pressure tests fill (sim:0), with an
+    empty cache and no frees pending: frees are stream-ordered, and one
+    still queued would make the first allocation of a test meet pressure
+    (and run the collector) before the device catches up."""
+    d = spillway.Device("sim:0")
+    spillway.empty_cache(d)
+    spillway.synchronize(d)
+    _testing.gc_backoff_reset()
+    return d
+
+
+@pytest.fixture
+def sim1():
+    """A second simulated device (sim:1)."""
+    return spillway.Device("sim:1")
+
+
+@pytest.fixture
+def dev():
+    """The device under test: $SPILLWAY_DEVICE or sim:0."""
+    return spillway.Device()
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    _testing.gc_backoff_reset()
+    _testing.track_arrays(True)
+    gc_was_enabled = gc.isenabled()
+    yield
+    tracked = _testing.track_arrays(False) or []
+    if gc_was_enabled:
+        gc.enable()
+    gc.collect()
+    alive = [w() for w in tracked if w() is not None]
+    problems = []
+    if alive:
+        problems.append(f"{len(alive)} array(s) still alive after the test: "
+                        f"{alive[:5]}")
+    del alive
+    for d in _testing.open_devices():
+        spillway.set_memory_budget(None, d)
+        spillway.synchronize(d)
+        info = spillway.memory_info(d)
+        if info.in_use or info.spilled:
+            problems.append(f"{d.name}: in_use={info.in_use} "
+                            f"spilled={info.spilled} after the test")
+    _testing.gc_backoff_reset()
+    assert not problems, "; ".join(problems)
