@@ -69,6 +69,14 @@ ASAN_PRELOAD = $$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=l
 ALL_SUITES += python    '$(call PY_BUILT,build) $(call PY_SUITE,SPILLWAY_BUILD_DIR=build)'
 ALL_SUITES += python-asan '$(call PY_BUILT,build-asan) $(call PY_SUITE,SPILLWAY_BUILD_DIR=build-asan LD_PRELOAD="$(ASAN_PRELOAD)" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)'
 ALL_SUITES += python-opencl '$(call PY_BUILT,build) scripts/if-device.sh opencl:0 $(call PY_SUITE,SPILLWAY_BUILD_DIR=build SPILLWAY_DEVICE=opencl:0)'
+# CUDA: the backend's host side through the CPU stand-in for libcuda.so.1
+# (tests/cuda/fake_libcuda.c; not a GPU), the whole suite on cuda:0, plain
+# and under ASan+UBSan; with an NVIDIA GPU, the C and Python suites on the
+# real cuda:0 ("not run" elsewhere).  docs/cuda.md.
+ALL_SUITES += c-cuda-fake 'SPILLWAY_CUDA_LIBRARY=build/tests/c/libcuda_fake.so SW_TEST_DEVICE=cuda:0 build/$(TEST_BIN)'
+ALL_SUITES += c-cuda-fake-asan 'SPILLWAY_CUDA_LIBRARY=build-asan/tests/c/libcuda_fake.so SW_TEST_DEVICE=cuda:0 $(ASAN_ENV) build-asan/$(TEST_BIN)'
+ALL_SUITES += c-cuda    'scripts/if-device.sh cuda:0 build/$(TEST_BIN)'
+ALL_SUITES += python-cuda '$(call PY_BUILT,build) scripts/if-device.sh cuda:0 $(call PY_SUITE,SPILLWAY_BUILD_DIR=build SPILLWAY_DEVICE=cuda:0)'
 SUITES ?=
 
 # ---------------------------------------------------------------------------

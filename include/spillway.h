@@ -108,6 +108,15 @@ SW_API int sw_device_count(size_t *count);
  * is too small. */
 SW_API int sw_device_spec_at(size_t index, char *buf, size_t len);
 
+/* The backends this build has, present or not ("sim", "opencl", "cuda"). */
+SW_API size_t sw_backend_count(void);
+/* Backend i: its name (static), how many devices it offers now, and when
+ * it offers none, why, in one line ("libcuda.so.1 not found: no NVIDIA
+ * driver"), written into why (why_len bytes; may be NULL).  A backend
+ * whose configuration is malformed returns that error here. */
+SW_API int sw_backend_info(size_t i, const char **name, int *devices,
+                           char *why, size_t why_len);
+
 /* Open a device by spec ("sim:0", "opencl:1", "cuda:0"; a bare backend
  * name such as "sim" means its device 0).  NULL or "" opens
  * the default: $SPILLWAY_DEVICE if set, else "sim:0".  Opening is

@@ -368,6 +368,17 @@ static int cmd_info(void)
     }
 
     int status = 0;
+    /* Backends that offer no device say why, one line each. */
+    for (size_t b = 0; b < sw_backend_count(); b++) {
+        const char *name = NULL;
+        int ndev = 0;
+        char why[256];
+        int err = sw_backend_info(b, &name, &ndev, why, sizeof why);
+        if (err != SW_OK)
+            printf("%s: %s\n", name ? name : "?", sw_last_error());
+        else if (ndev == 0)
+            printf("%s: no devices%s%s\n", name, why[0] ? ": " : "", why);
+    }
     printf("\n%-12s %11s %11s %11s %11s %11s %11s  %s\n", "DEVICE", "TOTAL",
            "FREE", "IN USE", "CACHED", "PEAK", "BUDGET", "DESCRIPTION");
     for (size_t i = 0; i < n; i++) {

@@ -121,6 +121,7 @@ extern const sw__backend_ops sw__sim_backend;
 #ifdef SW_HAVE_OPENCL
 extern const sw__backend_ops sw__opencl_backend; /* opencl.c */
 #endif
+extern const sw__backend_ops sw__cuda_backend; /* cuda.c: always built */
 
 /* Set the calling thread's detail message; returns code, so that
  * `return sw__errorf(SW_ERR_OOM, "...", ...);` reads naturally. */

@@ -17,6 +17,7 @@ static const sw__backend_ops *const backends[] = {
 #ifdef SW_HAVE_OPENCL
     &sw__opencl_backend,
 #endif
+    &sw__cuda_backend,
 };
 #define NBACKENDS (sizeof backends / sizeof backends[0])
 #define MAX_DEVICES 64 /* per backend */
@@ -84,6 +85,34 @@ static int backend_count(const sw__backend_ops *ops)
     if (ops->device_count(&n, why, sizeof why) != SW_OK || n < 0)
         return 0;
     return n > MAX_DEVICES ? MAX_DEVICES : n;
+}
+
+SW_API size_t sw_backend_count(void) { return NBACKENDS; }
+
+SW_API int sw_backend_info(size_t i, const char **name, int *devices,
+                           char *why, size_t why_len)
+{
+    if (name != NULL)
+        *name = NULL;
+    if (devices != NULL)
+        *devices = 0;
+    if (why != NULL && why_len > 0)
+        why[0] = '\0';
+    if (i >= NBACKENDS)
+        return sw__errorf(SW_ERR_INVALID_ARG, "backend %zu: this build has "
+                          "%zu", i, (size_t)NBACKENDS);
+    char buf[256] = "";
+    int n = 0;
+    int rc = backends[i]->device_count(&n, buf, sizeof buf);
+    if (name != NULL)
+        *name = backends[i]->name;
+    if (rc != SW_OK)
+        return rc;
+    if (devices != NULL)
+        *devices = n > MAX_DEVICES ? MAX_DEVICES : n;
+    if (why != NULL && why_len > 0 && n == 0)
+        snprintf(why, why_len, "%s", buf);
+    return SW_OK;
 }
 
 SW_API int sw_device_count(size_t *count)

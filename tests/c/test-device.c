@@ -525,3 +525,34 @@ TEST(sim_devices_separate_accounting)
     ASSERT_OK(sw_buffer_free(b1));
     ASSERT_OK(sw_buffer_free(b0));
 }
+
+TEST(backend_info)
+{
+    size_t nb = sw_backend_count();
+    ASSERT_UGE(nb, 1);
+    int saw_sim = 0, total = 0;
+    for (size_t i = 0; i < nb; i++) {
+        const char *name = NULL;
+        int n = -1;
+        char why[256];
+        ASSERT_OK(sw_backend_info(i, &name, &n, why, sizeof why));
+        ASSERT_NOT_NULL(name);
+        ASSERT_GE(n, 0);
+        /* A backend without devices says why; one with devices does not. */
+        if (n == 0)
+            ASSERT_TRUE(why[0] != '\0');
+        else
+            ASSERT_STR_EQ(why, "");
+        saw_sim |= strcmp(name, "sim") == 0 && n >= 1;
+        total += n;
+    }
+    ASSERT_TRUE(saw_sim);
+    size_t count = 0;
+    ASSERT_OK(sw_device_count(&count));
+    ASSERT_UEQ(count, (size_t)total);
+    const char *name = "x";
+    int n = 5;
+    ASSERT_ERR(sw_backend_info(nb, &name, &n, NULL, 0), SW_ERR_INVALID_ARG);
+    ASSERT_NULL(name);
+    ASSERT_EQ(n, 0);
+}

@@ -28,6 +28,7 @@
     X(sim_devices_env)                                                        \
     X(sim_devices_env_malformed)                                              \
     X(sim_devices_separate_accounting)                                        \
+    X(backend_info)                                                           \
     /* test-accounting.c */                                                   \
     X(accounting_initial)                                                     \
     X(accounting_rounding)                                                    \
@@ -153,7 +154,27 @@
     X(opencl_fp64_off)                                                        \
     X(opencl_unaligned_kernels)                                               \
     X(opencl_error_names)                                                     \
-    X(opencl_no_platform)
+    X(opencl_no_platform)                                                     \
+    /* test-cuda.c */                                                         \
+    X(cuda_kernel_source)                                                     \
+    X(cuda_nvrtc_ptx)                                                         \
+    X(cuda_nvrtc_cubin)                                                       \
+    X(cuda_nvrtc_errors)                                                      \
+    X(cuda_nvrtc_missing)                                                     \
+    X(cuda_pick_arch)                                                         \
+    X(cuda_signatures)                                                        \
+    X(cuda_library_missing)                                                   \
+    X(cuda_no_driver)                                                         \
+    X(cuda_stub_driver)                                                       \
+    X(cuda_error_mapping)                                                     \
+    X(cuda_fake_driver)                                                       \
+    X(cuda_fake_driver_no_pools)                                              \
+    X(cuda_fake_driver_oom)                                                   \
+    X(cuda_gpu_device)                                                        \
+    X(cuda_gpu_pool_returns_memory)                                           \
+    X(cuda_gpu_fallback_allocator)                                            \
+    X(cuda_gpu_unusual_paths)                                                 \
+    X(cuda_gpu_fork_child)
 
 #define SW__DECLARE_TEST(name) void test_##name(void);
 SW_TEST_LIST(SW__DECLARE_TEST)

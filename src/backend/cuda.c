@@ -1,0 +1,2019 @@
+/*
+ * cuda.c -- NVIDIA GPUs through the CUDA driver API, loaded at run time.
+ *
+ * Nothing CUDA is needed to build this file: cuda_api.h declares the few
+ * types, constants and entry points used, and libcuda.so.1 is dlopen'ed the
+ * first time anyone asks how many CUDA devices there are.  Without a driver
+ * (or without a GPU) the backend offers no devices and says why in one
+ * line; `cuda:N` then fails to open with that reason.
+ *
+ * Model.
+ *  - cuda:N is the driver's device N (after CUDA_VISIBLE_DEVICES).  The
+ *    backend uses the device's primary context, the one the CUDA runtime
+ *    (and so PyTorch, CuPy, ...) uses, and makes it current around every
+ *    call it makes: the core calls operations from any thread, and a
+ *    thread's own current context is pushed back as it was (push/pop, or
+ *    nothing when it already is ours).
+ *  - A queue is a non-blocking stream (it never serializes with the legacy
+ *    stream 0 that other libraries may use).  Every device has one, the
+ *    default queue; sw_queue_create adds more.
+ *  - Memory comes from a private stream-ordered memory pool
+ *    (cuMemPoolCreate; allocations cuMemAllocFromPoolAsync on the default
+ *    stream, frees cuMemFreeAsync on the stream the core names).  The pool
+ *    is private so that its accounting is ours alone and its release
+ *    threshold is 0: the core keeps its own cache of freed blocks, and a
+ *    second cache inside the pool would be memory the core's accounting
+ *    cannot see.  With threshold 0 the pool returns unused memory to the
+ *    device at every synchronization, and mem_info trims it first, so
+ *    device_free is what the device really has.  Where pools are not
+ *    supported (or SPILLWAY_CUDA_POOL=0) allocation falls back to
+ *    cuMemAlloc, and a free records an event on the stream and calls
+ *    cuMemFree once that event has completed, reaped at later calls; a
+ *    free never waits.
+ *  - Allocations are ordered on the default stream.  The core makes any
+ *    other queue wait for the default queue's earlier work before it first
+ *    uses a buffer (queue.c), which is what makes such memory safe to use
+ *    there.
+ *  - Transfers use pageable host memory: cuMemcpyDtoHAsync to pageable
+ *    memory returns once the copy is done (ordered after the stream's
+ *    earlier work), cuMemcpyHtoDAsync once the source has been staged.
+ *    Pinned staging buffers would make both asynchronous; docs/cuda.md.
+ *  - The built-in kernels are CUDA C, compiled at first use by NVRTC
+ *    (libnvrtc dlopen'ed too) for the device's architecture, once per
+ *    architecture per process, and loaded once per device.  Integer kernels
+ *    compute in unsigned types (so they wrap); floats are compiled with
+ *    --fmad=false (a*x + y rounds twice, as on the host); sums reduce in a
+ *    fixed order (a grid of at most 256 blocks of 256 threads, each thread
+ *    striding, a tree in each block, then one block over the partials), so
+ *    a sum is the same bits every time for the same input.
+ *  - Events are CUDA events without timing, recycled per device.
+ *
+ * Threads and locks.  The core holds its device mutex around everything
+ * except the event operations, synchronize and queue_destroy.  Our own
+ * state those touch: a device's event free list (ev_mu, a leaf) and its
+ * reference count (atomic: the open, every live event and every queue hold
+ * one, so that the primary context stays retained while any of our handles
+ * exists).  The loader and the NVRTC loader run once (pthread_once); the
+ * compiled-image cache has its own leaf mutex.
+ *
+ * fork(): the CUDA driver cannot be used in a child forked after it was
+ * initialized.  A child of a process that initialized it reports no CUDA
+ * devices, and says so.
+ */
+#include "backend.h"
+#include "cuda_api.h"
+#include "cuda_internal.h"
+
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define CUDA__MAX_DEVICES 64
+#define CUDA__THREADS 256u      /* threads per block of every kernel */
+#define CUDA__SUM_BLOCKS 256u   /* most partial sums per reduction */
+#define CUDA__MAX_IMAGES 16     /* compiled (arch, format) pairs kept */
+
+/* ------------------------------------------------------------------------
+ * The driver: loaded once per process
+ * ---------------------------------------------------------------------- */
+
+typedef struct cuda__loader {
+    void *lib;          /* NULL when the library or a required symbol is
+                         * missing */
+    swcu_driver api;
+    int count;          /* usable devices; 0 with why set */
+    int version;        /* cuDriverGetVersion, e.g. 12080 */
+    pid_t pid;          /* the process that loaded it */
+    char why[256];
+    char missing[512];  /* optional entry points not found */
+} cuda__loader;
+
+static cuda__loader cuda__g;
+static pthread_once_t cuda__once = PTHREAD_ONCE_INIT;
+
+#define CU(fn) (cuda__g.api.fn)
+
+/* Names of CUresult codes: the driver's when it can, else our table. */
+static const char *cuda__err_name(swcu_result r, char *buf, size_t len)
+{
+    const char *s = NULL;
+    if (cuda__g.lib != NULL && CU(cuGetErrorName) != NULL &&
+        CU(cuGetErrorName)(r, &s) == SWCU_CUDA_SUCCESS && s != NULL)
+        return s;
+    s = sw__cuda_error_table_name((int)r);
+    if (s != NULL)
+        return s;
+    snprintf(buf, len, "CUDA error %u", r);
+    return buf;
+}
+
+static const char *cuda__err_text(swcu_result r)
+{
+    const char *s = NULL;
+    if (cuda__g.lib != NULL && CU(cuGetErrorString) != NULL &&
+        CU(cuGetErrorString)(r, &s) == SWCU_CUDA_SUCCESS)
+        return s;
+    return NULL;
+}
+
+const char *sw__cuda_error_table_name(int cuerr)
+{
+    switch (cuerr) {
+#define CUDA__NAME_CASE(name, value)                                          \
+    case value:                                                               \
+        return #name;
+        SWCU_ERRORS(CUDA__NAME_CASE)
+#undef CUDA__NAME_CASE
+    }
+    return NULL;
+}
+
+int sw__cuda_error_code(int cuerr)
+{
+    switch (cuerr) {
+    case SWCU_CUDA_SUCCESS:
+        return SW_OK;
+    case SWCU_CUDA_ERROR_OUT_OF_MEMORY:
+        return SW_ERR_OOM;
+    case SWCU_CUDA_ERROR_NO_DEVICE:
+    case SWCU_CUDA_ERROR_INVALID_DEVICE:
+        return SW_ERR_NO_DEVICE;
+    case SWCU_CUDA_ERROR_NOT_SUPPORTED:
+        return SW_ERR_UNSUPPORTED;
+    default:
+        return SW_ERR_DEVICE;
+    }
+}
+
+/* "cuda:0: cuMemAlloc_v2 (4096 bytes) failed: CUDA_ERROR_OUT_OF_MEMORY
+ * (out of memory)"; returns the mapped code.  detail may be NULL. */
+static int cuda__fail(int index, swcu_result r, const char *call,
+                      const char *detail)
+{
+    char nbuf[32];
+    const char *name = cuda__err_name(r, nbuf, sizeof nbuf);
+    const char *text = cuda__err_text(r);
+    int code = sw__cuda_error_code((int)r);
+    if (code == SW_OK) /* never reported as a failure */
+        code = SW_ERR_DEVICE;
+    return sw__errorf(code, "cuda:%d: %s%s%s%s failed: %s%s%s%s", index,
+                      call, detail ? " (" : "", detail ? detail : "",
+                      detail ? ")" : "", name, text ? " (" : "",
+                      text ? text : "", text ? ")" : "");
+}
+
+int sw__cuda_fail(int index, int cuerr, const char *call)
+{
+    return cuda__fail(index, (swcu_result)cuerr, call, NULL);
+}
+
+static void cuda__append(char *buf, size_t len, const char *word)
+{
+    size_t used = strlen(buf);
+    if (used + 1 < len)
+        snprintf(buf + used, len - used, "%s%s", used ? " " : "", word);
+}
+
+static void cuda__load(void)
+{
+    cuda__loader *g = &cuda__g;
+    g->pid = getpid();
+    const char *env = getenv("SPILLWAY_CUDA_LIBRARY");
+    const char *path = env != NULL && env[0] != '\0' ? env : "libcuda.so.1";
+
+    dlerror();
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        const char *e = dlerror();
+        if (e != NULL && strstr(e, "No such file") != NULL)
+            snprintf(g->why, sizeof g->why, "%s not found%s", path,
+                     path == env ? " (SPILLWAY_CUDA_LIBRARY)"
+                                 : ": no NVIDIA driver");
+        else
+            snprintf(g->why, sizeof g->why, "cannot load %s: %s", path,
+                     e ? e : "dlopen failed");
+        return;
+    }
+
+    /* Object-to-function pointer conversion through memcpy: POSIX makes
+     * them the same size, ISO C does not let us cast. */
+    const char *lacking = NULL;
+#define CUDA__RESOLVE(kind, pub, sym, params)                                 \
+    if ((kind) != 2) {                                                        \
+        void *p = dlsym(lib, #sym);                                           \
+        if (p == NULL && (kind) == 1 && lacking == NULL)                      \
+            lacking = #sym;                                                   \
+        if (p == NULL && (kind) == 0)                                         \
+            cuda__append(g->missing, sizeof g->missing, #sym);                \
+        memcpy(&g->api.sym, &p, sizeof p);                                    \
+    }
+    SWCU_DRIVER_FUNCS(CUDA__RESOLVE)
+#undef CUDA__RESOLVE
+
+    if (lacking != NULL) {
+        int v = 0;
+        if (g->api.cuDriverGetVersion != NULL)
+            (void)g->api.cuDriverGetVersion(&v);
+        snprintf(g->why, sizeof g->why,
+                 "%s (driver API %d.%d) lacks %s: the NVIDIA driver is too "
+                 "old (spillway needs CUDA 11.2 or later)",
+                 path, v / 1000, (v % 1000) / 10, lacking);
+        memset(&g->api, 0, sizeof g->api);
+        dlclose(lib);
+        return;
+    }
+    g->lib = lib;
+
+    char nbuf[32];
+    swcu_result r = CU(cuInit)(0);
+    if (r != SWCU_CUDA_SUCCESS) {
+        snprintf(g->why, sizeof g->why, "cuInit failed: %s",
+                 cuda__err_name(r, nbuf, sizeof nbuf));
+        return;
+    }
+    (void)CU(cuDriverGetVersion)(&g->version);
+    int n = 0;
+    r = CU(cuDeviceGetCount)(&n);
+    if (r != SWCU_CUDA_SUCCESS) {
+        snprintf(g->why, sizeof g->why, "cuDeviceGetCount failed: %s",
+                 cuda__err_name(r, nbuf, sizeof nbuf));
+        return;
+    }
+    if (n <= 0) {
+        snprintf(g->why, sizeof g->why, "the NVIDIA driver reports no CUDA "
+                 "devices");
+        return;
+    }
+    g->count = n > CUDA__MAX_DEVICES ? CUDA__MAX_DEVICES : n;
+}
+
+/* The loader's answer for this process: count and why. */
+static int cuda__devices(char *why, size_t why_len)
+{
+    pthread_once(&cuda__once, cuda__load);
+    if (cuda__g.count > 0 && getpid() != cuda__g.pid) {
+        if (why_len > 0)
+            snprintf(why, why_len, "CUDA was initialized in the parent "
+                     "before fork(): a forked child cannot use it");
+        return 0;
+    }
+    if (why_len > 0)
+        snprintf(why, why_len, "%s", cuda__g.count > 0 ? "" : cuda__g.why);
+    return cuda__g.count;
+}
+
+int sw__cuda_loader_missing(char *buf, size_t len)
+{
+    pthread_once(&cuda__once, cuda__load);
+    if (len > 0)
+        snprintf(buf, len, "%s", cuda__g.missing);
+    return cuda__g.lib != NULL ? 0 : -1;
+}
+
+void *sw__cuda_thread_context(void)
+{
+    pthread_once(&cuda__once, cuda__load);
+    swcu_context ctx = NULL;
+    if (cuda__g.lib == NULL || CU(cuCtxGetCurrent)(&ctx) != SWCU_CUDA_SUCCESS)
+        return NULL;
+    return ctx;
+}
+
+/* ------------------------------------------------------------------------
+ * NVRTC: loaded once per process, on first compile
+ * ---------------------------------------------------------------------- */
+
+typedef struct cuda__nvrtc_lib {
+    void *lib;
+    swcu_nvrtc api;
+    int major, minor;
+    char path[256];
+    char why[512];
+} cuda__nvrtc_lib;
+
+static cuda__nvrtc_lib cuda__nv;
+static pthread_once_t cuda__nv_once = PTHREAD_ONCE_INIT;
+
+#define NV(fn) (cuda__nv.api.fn)
+
+/* Returns 1 when name loaded with every required entry point. */
+static int cuda__nv_try(const char *name)
+{
+    void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL)
+        return 0;
+    swcu_nvrtc api;
+    memset(&api, 0, sizeof api);
+    int ok = 1;
+#define CUDA__NV_RESOLVE(kind, ret, fname, params)                            \
+    if ((kind) != 2) {                                                        \
+        void *p = dlsym(lib, #fname);                                         \
+        if (p == NULL && (kind) == 1)                                         \
+            ok = 0;                                                           \
+        memcpy(&api.fname, &p, sizeof p);                                     \
+    }
+    SWCU_NVRTC_FUNCS(CUDA__NV_RESOLVE)
+#undef CUDA__NV_RESOLVE
+    if (!ok) {
+        dlclose(lib);
+        return 0;
+    }
+    cuda__nv.lib = lib;
+    cuda__nv.api = api;
+    snprintf(cuda__nv.path, sizeof cuda__nv.path, "%s", name);
+    if (api.nvrtcVersion(&cuda__nv.major, &cuda__nv.minor) != 0)
+        cuda__nv.major = cuda__nv.minor = 0;
+    return 1;
+}
+
+static void cuda__nv_load(void)
+{
+    /* The driver first: an NVRTC of the driver's major version produces
+     * code the driver can load, so it is tried first. */
+    pthread_once(&cuda__once, cuda__load);
+    char names[16][300];
+    int n = 0;
+    const char *env = getenv("SPILLWAY_NVRTC_LIBRARY");
+    if (env != NULL && env[0] != '\0') {
+        dlerror();
+        if (cuda__nv_try(env))
+            return;
+        const char *e = dlerror();
+        snprintf(cuda__nv.why, sizeof cuda__nv.why, "SPILLWAY_NVRTC_LIBRARY"
+                 "=%.200s cannot be loaded: %.200s", env,
+                 e ? e : "a required entry point is missing");
+        return;
+    }
+    if (cuda__g.version >= 11000)
+        snprintf(names[n++], sizeof names[0], "libnvrtc.so.%d",
+                 cuda__g.version / 1000);
+    static const char *const sonames[] = {"libnvrtc.so.13", "libnvrtc.so.12",
+                                          "libnvrtc.so.11.2", "libnvrtc.so"};
+    for (size_t i = 0; i < sizeof sonames / sizeof sonames[0]; i++)
+        snprintf(names[n++], sizeof names[0], "%s", sonames[i]);
+    const char *homes[3] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"),
+                            "/usr/local/cuda"};
+    for (int i = 0; i < 3 && n + 2 <= 16; i++) {
+        if (homes[i] == NULL || homes[i][0] == '\0' || strlen(homes[i]) > 200)
+            continue;
+        snprintf(names[n++], sizeof names[0], "%s/lib64/libnvrtc.so",
+                 homes[i]);
+        snprintf(names[n++], sizeof names[0], "%s/lib/libnvrtc.so", homes[i]);
+    }
+    for (int i = 0; i < n; i++)
+        if (cuda__nv_try(names[i]))
+            return;
+    snprintf(cuda__nv.why, sizeof cuda__nv.why, "libnvrtc not found (tried "
+             "libnvrtc.so.13, .so.12, .so.11.2, .so and under $CUDA_HOME, "
+             "$CUDA_PATH, /usr/local/cuda): install the CUDA toolkit's "
+             "NVRTC or set SPILLWAY_NVRTC_LIBRARY");
+}
+
+int sw__cuda_nvrtc_load(char *why, size_t why_len, int *major, int *minor)
+{
+    pthread_once(&cuda__nv_once, cuda__nv_load);
+    if (major)
+        *major = cuda__nv.major;
+    if (minor)
+        *minor = cuda__nv.minor;
+    if (cuda__nv.lib == NULL) {
+        if (why != NULL && why_len > 0)
+            snprintf(why, why_len, "%s", cuda__nv.why);
+        return SW_ERR_UNSUPPORTED;
+    }
+    if (why != NULL && why_len > 0)
+        snprintf(why, why_len, "%s", "");
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * The built-in kernels.  One CUDA C program; kernels are extern "C" so
+ * that their entry names are plain.  Integer dtypes use unsigned types of
+ * their width (wrapping arithmetic, the same bits).  Every kernel runs
+ * with CUDA__THREADS threads per block (the sums depend on it).
+ * ---------------------------------------------------------------------- */
+
+/* In pieces: ISO C only promises string literals of 4095 characters. */
+static const char *const cuda__source_parts[] = {
+    "/* spillway's built-in kernels: compiled by NVRTC at first use. */\n"
+    "typedef unsigned int sw_u32;\n"
+    "typedef unsigned long long sw_u64;\n"
+    "#define SW_THREADS 256\n"
+    "\n"
+    "/* Grid-stride loop: any grid covers any n. */\n"
+    "#define SW_LOOP(i, n)                                              \\\n"
+    "    for (sw_u64 i = (sw_u64)blockIdx.x * blockDim.x + threadIdx.x;  \\\n"
+    "         i < (n); i += (sw_u64)gridDim.x * blockDim.x)\n"
+    "\n"
+    "/* No __restrict__: out may be an input (in-place operations). */\n"
+    "#define SW_ELEMENTWISE(S, T)                                       \\\n"
+    "extern \"C\" __global__ void sw_fill_##S(T *out, T alpha, sw_u64 n) \\\n"
+    "{ SW_LOOP(i, n) out[i] = alpha; }                                  \\\n"
+    "extern \"C\" __global__ void sw_copy_##S(T *out, const T *a,        \\\n"
+    "                                       sw_u64 n)                   \\\n"
+    "{ SW_LOOP(i, n) out[i] = a[i]; }                                   \\\n"
+    "extern \"C\" __global__ void sw_add_##S(T *out, const T *a,         \\\n"
+    "                                      const T *b, sw_u64 n)        \\\n"
+    "{ SW_LOOP(i, n) out[i] = a[i] + b[i]; }                            \\\n"
+    "extern \"C\" __global__ void sw_scale_##S(T *out, const T *a,       \\\n"
+    "                                        T alpha, sw_u64 n)         \\\n"
+    "{ SW_LOOP(i, n) out[i] = alpha * a[i]; }                           \\\n"
+    "extern \"C\" __global__ void sw_axpy_##S(T *out, const T *a,        \\\n"
+    "                                       T alpha, sw_u64 n)          \\\n"
+    "{ SW_LOOP(i, n) out[i] = alpha * a[i] + out[i]; }\n"
+    "\n"
+    "SW_ELEMENTWISE(f32, float)\n"
+    "SW_ELEMENTWISE(f64, double)\n"
+    "SW_ELEMENTWISE(i32, sw_u32)\n"
+    "SW_ELEMENTWISE(i64, sw_u64)\n"
+    "\n",
+
+    "/* A block's sum in a fixed order: a tree over SW_THREADS slots. */\n"
+    "template <typename A>\n"
+    "__device__ A sw_block_sum(A v)\n"
+    "{\n"
+    "    __shared__ A sh[SW_THREADS];\n"
+    "    unsigned t = threadIdx.x;\n"
+    "    sh[t] = v;\n"
+    "    __syncthreads();\n"
+    "    for (unsigned s = SW_THREADS / 2; s > 0; s >>= 1) {\n"
+    "        if (t < s)\n"
+    "            sh[t] = sh[t] + sh[t + s];\n"
+    "        __syncthreads();\n"
+    "    }\n"
+    "    return sh[0];\n"
+    "}\n"
+    "\n"
+    "/* Pass 1: block b's partial sum to partials[b].  Thread t of block b\n"
+    " * adds elements t + b*SW_THREADS + k*gridDim.x*SW_THREADS in order.\n"
+    " * float32 accumulates in float64, int32 sign-extends into a wrapping\n"
+    " * 64-bit sum. */\n"
+    "#define SW_SUM(S, T, A, CONV)                                      \\\n"
+    "extern \"C\" __global__ void sw_sum_##S(const T *a, sw_u64 n,       \\\n"
+    "                                      A *partials)                 \\\n"
+    "{                                                                  \\\n"
+    "    A acc = 0;                                                     \\\n"
+    "    SW_LOOP(i, n) acc += CONV(a[i]);                               \\\n"
+    "    A total = sw_block_sum<A>(acc);                                \\\n"
+    "    if (threadIdx.x == 0)                                          \\\n"
+    "        partials[blockIdx.x] = total;                              \\\n"
+    "}\n"
+    "\n"
+    "SW_SUM(f32, float, double, (double))\n"
+    "SW_SUM(f64, double, double, )\n"
+    "SW_SUM(i32, int, sw_u64, (sw_u64)(long long))\n"
+    "SW_SUM(i64, sw_u64, sw_u64, )\n"
+    "\n"
+    "/* The 8-byte result, wherever out points (a raw launch may give an\n"
+    " * address that is not 8-byte aligned). */\n"
+    "__device__ void sw_store8(unsigned char *out, sw_u64 bits)\n"
+    "{\n"
+    "    if (((sw_u64)out & 7) == 0) {\n"
+    "        *(sw_u64 *)out = bits;\n"
+    "    } else {\n"
+    "        for (int k = 0; k < 8; k++)\n"
+    "            out[k] = (unsigned char)(bits >> (8 * k));\n"
+    "    }\n"
+    "}\n"
+    "\n"
+    "/* Pass 2, one block: the sum of count <= SW_THREADS partials. */\n"
+    "extern \"C\" __global__ void sw_sum_final_f64(const double *partials,\n"
+    "                                            sw_u32 count,\n"
+    "                                            unsigned char *out)\n"
+    "{\n"
+    "    double v = threadIdx.x < count ? partials[threadIdx.x] : 0.0;\n"
+    "    double total = sw_block_sum<double>(v);\n"
+    "    if (threadIdx.x == 0)\n"
+    "        sw_store8(out, (sw_u64)__double_as_longlong(total));\n"
+    "}\n"
+    "\n"
+    "extern \"C\" __global__ void sw_sum_final_i64(const sw_u64 *partials,\n"
+    "                                            sw_u32 count,\n"
+    "                                            unsigned char *out)\n"
+    "{\n"
+    "    sw_u64 v = threadIdx.x < count ? partials[threadIdx.x] : 0ull;\n"
+    "    sw_u64 total = sw_block_sum<sw_u64>(v);\n"
+    "    if (threadIdx.x == 0)\n"
+    "        sw_store8(out, total);\n"
+    "}\n"
+    "\n"
+    "/* A 1-, 2-, 4- or 8-byte pattern at any alignment: byte i of the\n"
+    " * range is byte (i mod psize) of the pattern (little-endian). */\n"
+    "extern \"C\" __global__ void sw_fill_bytes(unsigned char *dst, sw_u64 n,\n"
+    "                                         sw_u64 pattern, sw_u32 psize)\n"
+    "{\n"
+    "    SW_LOOP(i, n) dst[i] = (unsigned char)(pattern >> (8 * (i % psize)));\n"
+    "}\n",
+};
+
+/* Indexes of the extra kernels after the kernel x dtype grid. */
+enum {
+    CUDA__K_GRID = 6 * 4, /* sw_kernel (FILL..SUM) x sw_dtype */
+    CUDA__K_SUM_FINAL_F64 = CUDA__K_GRID,
+    CUDA__K_SUM_FINAL_I64,
+    CUDA__K_FILL_BYTES,
+    CUDA__K_COUNT,
+};
+
+static const char *const cuda__names[CUDA__K_COUNT] = {
+    "sw_fill_f32",  "sw_fill_f64",  "sw_fill_i32",  "sw_fill_i64",
+    "sw_copy_f32",  "sw_copy_f64",  "sw_copy_i32",  "sw_copy_i64",
+    "sw_add_f32",   "sw_add_f64",   "sw_add_i32",   "sw_add_i64",
+    "sw_scale_f32", "sw_scale_f64", "sw_scale_i32", "sw_scale_i64",
+    "sw_axpy_f32",  "sw_axpy_f64",  "sw_axpy_i32",  "sw_axpy_i64",
+    "sw_sum_f32",   "sw_sum_f64",   "sw_sum_i32",   "sw_sum_i64",
+    "sw_sum_final_f64", "sw_sum_final_i64", "sw_fill_bytes",
+};
+
+/* Each kernel's parameters, in bytes, as its CUDA C declares them: every
+ * launch is checked against this before it reaches the driver (a wrong
+ * size would be read as garbage by the GPU), and the cuda_nvrtc_ptx test
+ * checks it against the compiled PTX's .param lists. */
+#define CUDA__P3(a, b, c) {3, {a, b, c, 0}}
+#define CUDA__P4(a, b, c, d) {4, {a, b, c, d}}
+static const struct {
+    unsigned char n, size[4];
+} cuda__params[CUDA__K_COUNT] = {
+    /* fill (out, alpha, n) */
+    CUDA__P3(8, 4, 8), CUDA__P3(8, 8, 8), CUDA__P3(8, 4, 8), CUDA__P3(8, 8, 8),
+    /* copy (out, a, n) */
+    CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8),
+    /* add (out, a, b, n) */
+    CUDA__P4(8, 8, 8, 8), CUDA__P4(8, 8, 8, 8), CUDA__P4(8, 8, 8, 8),
+    CUDA__P4(8, 8, 8, 8),
+    /* scale (out, a, alpha, n) */
+    CUDA__P4(8, 8, 4, 8), CUDA__P4(8, 8, 8, 8), CUDA__P4(8, 8, 4, 8),
+    CUDA__P4(8, 8, 8, 8),
+    /* axpy (out, a, alpha, n) */
+    CUDA__P4(8, 8, 4, 8), CUDA__P4(8, 8, 8, 8), CUDA__P4(8, 8, 4, 8),
+    CUDA__P4(8, 8, 8, 8),
+    /* sum (a, n, partials) */
+    CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8),
+    /* sum_final_f64, sum_final_i64 (partials, count, out) */
+    CUDA__P3(8, 4, 8), CUDA__P3(8, 4, 8),
+    /* fill_bytes (dst, n, pattern, psize) */
+    CUDA__P4(8, 8, 8, 4),
+};
+#undef CUDA__P3
+#undef CUDA__P4
+
+const unsigned char *sw__cuda_kernel_params(size_t k, size_t *count)
+{
+    if (k >= CUDA__K_COUNT) {
+        *count = 0;
+        return NULL;
+    }
+    *count = cuda__params[k].n;
+    return cuda__params[k].size;
+}
+
+static char cuda__source[16384];
+static pthread_once_t cuda__source_once = PTHREAD_ONCE_INIT;
+
+static void cuda__source_join(void)
+{
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof cuda__source_parts /
+                                sizeof cuda__source_parts[0]; i++) {
+        size_t len = strlen(cuda__source_parts[i]);
+        if (used + len >= sizeof cuda__source) {
+            /* A programming error, caught by the first test that compiles;
+             * a truncated program would fail to compile anyway. */
+            cuda__source[0] = '\0';
+            return;
+        }
+        memcpy(cuda__source + used, cuda__source_parts[i], len);
+        used += len;
+    }
+    cuda__source[used] = '\0';
+}
+
+const char *sw__cuda_kernel_source(void)
+{
+    pthread_once(&cuda__source_once, cuda__source_join);
+    return cuda__source;
+}
+
+const char *const *sw__cuda_kernel_names(size_t *count)
+{
+    if (count != NULL)
+        *count = CUDA__K_COUNT;
+    return cuda__names;
+}
+
+/* ------------------------------------------------------------------------
+ * Compiling with NVRTC
+ * ---------------------------------------------------------------------- */
+
+int sw__cuda_pick_arch(int devarch, const int *archs, int n, int *arch,
+                       int *cubin)
+{
+    if (n <= 0) {
+        /* An NVRTC that cannot list its targets: ask for the device's own
+         * architecture as PTX, and let the compile say if it cannot. */
+        *arch = devarch;
+        *cubin = 0;
+        return 0;
+    }
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (archs[i] == devarch) {
+            *arch = devarch;
+            *cubin = 1;
+            return 0;
+        }
+        if (archs[i] < devarch && archs[i] > best)
+            best = archs[i];
+    }
+    if (best < 0)
+        return -1;
+    *arch = best; /* PTX of an older architecture runs on newer devices */
+    *cubin = 0;
+    return 0;
+}
+
+/* The first line of a compile log, for a one-line message. */
+static void cuda__first_line(const char *log, char *out, size_t len)
+{
+    size_t n = strcspn(log, "\n");
+    if (n >= len)
+        n = len - 1;
+    memcpy(out, log, n);
+    out[n] = '\0';
+}
+
+int sw__cuda_compile_source(const char *src, int major, int minor, int cubin,
+                            char **image, size_t *size, char *log,
+                            size_t log_len)
+{
+    *image = NULL;
+    *size = 0;
+    if (log != NULL && log_len > 0)
+        log[0] = '\0';
+    char why[512];
+    if (sw__cuda_nvrtc_load(why, sizeof why, NULL, NULL) != SW_OK)
+        return sw__errorf(SW_ERR_UNSUPPORTED, "cannot compile CUDA kernels: "
+                          "%s", why);
+    if (src == NULL || src[0] == '\0')
+        return sw__errorf(SW_ERR_INVALID_ARG, "no CUDA source to compile");
+    if (major < 1 || major > 99 || minor < 0 || minor > 9)
+        return sw__errorf(SW_ERR_INVALID_ARG, "compute capability %d.%d is "
+                          "not one", major, minor);
+    if (cubin && (NV(nvrtcGetCUBINSize) == NULL || NV(nvrtcGetCUBIN) == NULL))
+        return sw__errorf(SW_ERR_UNSUPPORTED, "NVRTC %d.%d (%s) cannot "
+                          "produce CUBINs", cuda__nv.major, cuda__nv.minor,
+                          cuda__nv.path);
+
+    char arch[48];
+    snprintf(arch, sizeof arch, "--gpu-architecture=%s_%d%d",
+             cubin ? "sm" : "compute", major, minor);
+    const char *opts[] = {arch, "--fmad=false"};
+    swnv_program prog = NULL;
+    swnv_result r = NV(nvrtcCreateProgram)(&prog, src, "spillway_kernels.cu",
+                                           0, NULL, NULL);
+    if (r != SWCU_NVRTC_SUCCESS)
+        return sw__errorf(r == 1 ? SW_ERR_HOST_OOM : SW_ERR_DEVICE,
+                          "nvrtcCreateProgram failed: %s",
+                          NV(nvrtcGetErrorString)(r));
+    r = NV(nvrtcCompileProgram)(prog, 2, opts);
+
+    /* The log, on failure and success alike (warnings). */
+    size_t lsize = 0;
+    char *full = NULL;
+    if (NV(nvrtcGetProgramLogSize)(prog, &lsize) == SWCU_NVRTC_SUCCESS &&
+        lsize > 1 && (full = malloc(lsize)) != NULL &&
+        NV(nvrtcGetProgramLog)(prog, full) != SWCU_NVRTC_SUCCESS)
+        full[0] = '\0';
+    if (full != NULL && log != NULL && log_len > 0)
+        snprintf(log, log_len, "%s", full);
+
+    int rc = SW_OK;
+    if (r != SWCU_NVRTC_SUCCESS) {
+        char first[200] = "";
+        if (full != NULL)
+            cuda__first_line(full, first, sizeof first);
+        rc = sw__errorf(SW_ERR_DEVICE, "NVRTC %d.%d: compiling for %s "
+                        "--fmad=false failed: %s%s%s", cuda__nv.major,
+                        cuda__nv.minor, arch + 2,
+                        NV(nvrtcGetErrorString)(r), first[0] ? ": " : "",
+                        first);
+    } else {
+        size_t n = 0;
+        r = cubin ? NV(nvrtcGetCUBINSize)(prog, &n)
+                  : NV(nvrtcGetPTXSize)(prog, &n);
+        char *out = r == SWCU_NVRTC_SUCCESS && n > 0 ? malloc(n + 1) : NULL;
+        if (out == NULL) {
+            rc = r != SWCU_NVRTC_SUCCESS
+                     ? sw__errorf(SW_ERR_DEVICE, "NVRTC: getting the %s "
+                                  "size failed: %s", cubin ? "CUBIN" : "PTX",
+                                  NV(nvrtcGetErrorString)(r))
+                     : sw__errorf(SW_ERR_HOST_OOM, "no host memory for "
+                                  "%zu bytes of compiled kernels", n);
+        } else {
+            r = cubin ? NV(nvrtcGetCUBIN)(prog, out)
+                      : NV(nvrtcGetPTX)(prog, out);
+            if (r != SWCU_NVRTC_SUCCESS) {
+                free(out);
+                rc = sw__errorf(SW_ERR_DEVICE, "NVRTC: getting the %s "
+                                "failed: %s", cubin ? "CUBIN" : "PTX",
+                                NV(nvrtcGetErrorString)(r));
+            } else {
+                out[n] = '\0'; /* PTX's own NUL is inside n already */
+                *image = out;
+                *size = n;
+            }
+        }
+    }
+    free(full);
+    (void)NV(nvrtcDestroyProgram)(&prog);
+    return rc;
+}
+
+int sw__cuda_compile(int major, int minor, int cubin, char **image,
+                     size_t *size, char *log, size_t log_len)
+{
+    const char *src = sw__cuda_kernel_source();
+    return sw__cuda_compile_source(src, major, minor, cubin, image, size,
+                                   log, log_len);
+}
+
+/* Compiled images, once per (architecture, format) per process: several
+ * devices of one kind share them.  The mutex is a leaf, held while
+ * compiling so that two devices do not compile the same thing. */
+typedef struct cuda__image {
+    int arch, cubin;
+    char *data;
+    size_t size;
+} cuda__image;
+
+static pthread_mutex_t cuda__images_mu = PTHREAD_MUTEX_INITIALIZER;
+static cuda__image cuda__images[CUDA__MAX_IMAGES];
+static int cuda__nimages;
+
+static int cuda__image_get(int arch, int cubin, const cuda__image **out)
+{
+    pthread_mutex_lock(&cuda__images_mu);
+    for (int i = 0; i < cuda__nimages; i++) {
+        if (cuda__images[i].arch == arch && cuda__images[i].cubin == cubin) {
+            *out = &cuda__images[i];
+            pthread_mutex_unlock(&cuda__images_mu);
+            return SW_OK;
+        }
+    }
+    char *data = NULL;
+    size_t size = 0;
+    int rc = sw__cuda_compile(arch / 10, arch % 10, cubin, &data, &size, NULL,
+                              0);
+    if (rc == SW_OK) {
+        if (cuda__nimages == CUDA__MAX_IMAGES) {
+            free(data);
+            rc = sw__errorf(SW_ERR_HOST_OOM, "too many kinds of CUDA device "
+                            "in one process");
+        } else {
+            cuda__image *im = &cuda__images[cuda__nimages++];
+            im->arch = arch;
+            im->cubin = cubin;
+            im->data = data;
+            im->size = size;
+            *out = im;
+        }
+    }
+    pthread_mutex_unlock(&cuda__images_mu);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Devices, queues and events
+ * ---------------------------------------------------------------------- */
+
+/* A free of the cuMemAlloc fallback, waiting for its stream's work. */
+typedef struct cuda__pending {
+    struct cuda__pending *next;
+    swcu_deviceptr mem;
+    sw__bevent *after;
+} cuda__pending;
+
+struct sw__bevent {
+    sw__bdev *dev;
+    swcu_event ev;
+    sw__bevent *next; /* in dev->ev_free */
+};
+
+struct sw__bqueue {
+    sw__bdev *dev;
+    swcu_stream stream;
+    /* CUDA__SUM_BLOCKS partial sums, allocated at the queue's first sum
+     * (only this queue's work uses them, in its stream order). */
+    swcu_deviceptr partials;
+    int partials_pooled; /* from the pool (freed async) or cuMemAlloc */
+};
+
+struct sw__bdev {
+    _Atomic int refs; /* the open, live events, queues */
+    int index;
+    swcu_device cu;
+    swcu_context ctx; /* the primary context, retained */
+    int cc_major, cc_minor, sms;
+    swcu_mempool pool; /* NULL: the cuMemAlloc fallback */
+    sw__bqueue dq;     /* the default queue */
+
+    /* Kernels (under the core's device lock). */
+    swcu_module module;
+    swcu_function fn[CUDA__K_COUNT];
+    int kernels_failed;  /* code of the first failure, 0 if none */
+    char kernels_why[768];
+
+    cuda__pending *pending; /* fallback frees (device lock) */
+
+    pthread_mutex_t ev_mu; /* leaf: the event free list */
+    sw__bevent *ev_free;
+};
+
+/* Open devices, for sw__cuda_pool_usage. */
+static pthread_mutex_t cuda__open_mu = PTHREAD_MUTEX_INITIALIZER;
+static sw__bdev *cuda__open[CUDA__MAX_DEVICES];
+
+/* The device's context current on this thread for the scope of a call:
+ * pushed when another (or none) is current, popped again after. */
+typedef struct cuda__scope {
+    int pushed;
+} cuda__scope;
+
+static int cuda__enter(sw__bdev *d, cuda__scope *s)
+{
+    s->pushed = 0;
+    swcu_context cur = NULL;
+    if (CU(cuCtxGetCurrent)(&cur) == SWCU_CUDA_SUCCESS && cur == d->ctx)
+        return SW_OK;
+    swcu_result r = CU(cuCtxPushCurrent_v2)(d->ctx);
+    if (r != SWCU_CUDA_SUCCESS)
+        return cuda__fail(d->index, r, "cuCtxPushCurrent_v2", NULL);
+    s->pushed = 1;
+    return SW_OK;
+}
+
+static void cuda__leave(const cuda__scope *s)
+{
+    if (s->pushed) {
+        swcu_context popped = NULL;
+        (void)CU(cuCtxPopCurrent_v2)(&popped);
+    }
+}
+
+static void cuda__ref(sw__bdev *d)
+{
+    atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed);
+}
+
+/* The last reference: recycled events, then the primary context. */
+static void cuda__unref(sw__bdev *d)
+{
+    if (atomic_fetch_sub_explicit(&d->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    cuda__scope s;
+    int entered = cuda__enter(d, &s) == SW_OK;
+    for (sw__bevent *e = d->ev_free, *next; e; e = next) {
+        next = e->next;
+        if (entered)
+            (void)CU(cuEventDestroy_v2)(e->ev);
+        free(e);
+    }
+    if (entered)
+        cuda__leave(&s);
+    (void)CU(cuDevicePrimaryCtxRelease_v2)(d->cu);
+    pthread_mutex_destroy(&d->ev_mu);
+    free(d);
+}
+
+/* An event recorded nowhere yet; the context is current. */
+static int cuda__event_new(sw__bdev *d, sw__bevent **out)
+{
+    pthread_mutex_lock(&d->ev_mu);
+    sw__bevent *e = d->ev_free;
+    if (e != NULL)
+        d->ev_free = e->next;
+    pthread_mutex_unlock(&d->ev_mu);
+    if (e == NULL) {
+        e = malloc(sizeof *e);
+        if (e == NULL)
+            return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: no host memory for "
+                              "an event", d->index);
+        swcu_result r = CU(cuEventCreate)(&e->ev, SWCU_CU_EVENT_DISABLE_TIMING);
+        if (r != SWCU_CUDA_SUCCESS) {
+            free(e);
+            return cuda__fail(d->index, r, "cuEventCreate", NULL);
+        }
+        e->dev = d;
+    }
+    e->next = NULL;
+    cuda__ref(d);
+    *out = e;
+    return SW_OK;
+}
+
+/* Back to the free list (a CUDA event is re-recorded, never reset). */
+static void cuda__event_put(sw__bevent *e)
+{
+    sw__bdev *d = e->dev;
+    pthread_mutex_lock(&d->ev_mu);
+    e->next = d->ev_free;
+    d->ev_free = e;
+    pthread_mutex_unlock(&d->ev_mu);
+    cuda__unref(d);
+}
+
+/* Fallback frees whose stream work is done go back to the driver.  The
+ * device lock is held and the context is current.  cuMemFree may wait
+ * for the device; it is only ever called here, never from free. */
+static void cuda__reap(sw__bdev *d)
+{
+    cuda__pending **pp = &d->pending;
+    while (*pp != NULL) {
+        cuda__pending *p = *pp;
+        swcu_result r = CU(cuEventQuery)(p->after->ev);
+        if (r == SWCU_CUDA_ERROR_NOT_READY) {
+            pp = &p->next;
+            continue;
+        }
+        /* Complete, or the context is broken (then freeing is moot). */
+        (void)CU(cuMemFree_v2)(p->mem);
+        cuda__event_put(p->after);
+        *pp = p->next;
+        free(p);
+    }
+}
+
+/* At close: every pending free, waiting for each. */
+static void cuda__reap_all(sw__bdev *d)
+{
+    while (d->pending != NULL) {
+        cuda__pending *p = d->pending;
+        d->pending = p->next;
+        (void)CU(cuEventSynchronize)(p->after->ev);
+        (void)CU(cuMemFree_v2)(p->mem);
+        cuda__event_put(p->after);
+        free(p);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Operations: devices
+ * ---------------------------------------------------------------------- */
+
+static int cuda_device_count(int *count, char *why, size_t why_len)
+{
+    *count = cuda__devices(why, why_len);
+    return SW_OK;
+}
+
+int sw__cuda_device_count(int *count, char *why, size_t why_len)
+{
+    return cuda_device_count(count, why, why_len);
+}
+
+/* The private pool, or NULL (the fallback) with why set. */
+static swcu_mempool cuda__pool_create(sw__bdev *d, char *why, size_t len)
+{
+    const char *env = getenv("SPILLWAY_CUDA_POOL");
+    if (env != NULL && strcmp(env, "0") == 0) {
+        snprintf(why, len, "SPILLWAY_CUDA_POOL=0");
+        return NULL;
+    }
+    int supported = 0;
+    if (CU(cuDeviceGetAttribute)(&supported,
+                                 SWCU_CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+                                 d->cu) != SWCU_CUDA_SUCCESS ||
+        !supported) {
+        snprintf(why, len, "no memory pools on this device");
+        return NULL;
+    }
+    if (CU(cuMemPoolCreate) == NULL || CU(cuMemPoolDestroy) == NULL ||
+        CU(cuMemAllocFromPoolAsync) == NULL || CU(cuMemFreeAsync) == NULL ||
+        CU(cuMemPoolSetAttribute) == NULL) {
+        snprintf(why, len, "the driver has no memory pools");
+        return NULL;
+    }
+    swcu_mempool_props props;
+    memset(&props, 0, sizeof props);
+    props.alloc_type = SWCU_CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handle_types = SWCU_CU_MEM_HANDLE_TYPE_NONE;
+    props.location.type = SWCU_CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = d->cu;
+    swcu_mempool pool = NULL;
+    swcu_result r = CU(cuMemPoolCreate)(&pool, &props);
+    if (r != SWCU_CUDA_SUCCESS) {
+        char nbuf[32];
+        snprintf(why, len, "cuMemPoolCreate failed: %s",
+                 cuda__err_name(r, nbuf, sizeof nbuf));
+        return NULL;
+    }
+    /* Threshold 0 (a new pool's default, set to be sure): unused memory
+     * goes back to the device at every synchronization. */
+    uint64_t zero = 0;
+    (void)CU(cuMemPoolSetAttribute)(pool,
+                                    SWCU_CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                                    &zero);
+    return pool;
+}
+
+static int cuda_open(int index, sw__bdev **out, sw__device_props *props)
+{
+    char why[256];
+    int n = cuda__devices(why, sizeof why);
+    if (index < 0 || index >= n)
+        return n == 0 ? sw__errorf(SW_ERR_NO_DEVICE, "cuda:%d: no CUDA "
+                                   "devices: %s", index, why)
+                      : sw__errorf(SW_ERR_NO_DEVICE, "cuda:%d: no such "
+                                   "device (the driver reports %d)", index,
+                                   n);
+    sw__bdev *d = calloc(1, sizeof *d);
+    if (d == NULL)
+        return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: out of host memory",
+                          index);
+    d->index = index;
+    d->dq.dev = d;
+    atomic_init(&d->refs, 1);
+    pthread_mutex_init(&d->ev_mu, NULL);
+
+    swcu_result r = CU(cuDeviceGet)(&d->cu, index);
+    if (r != SWCU_CUDA_SUCCESS) {
+        pthread_mutex_destroy(&d->ev_mu);
+        free(d);
+        return cuda__fail(index, r, "cuDeviceGet", NULL);
+    }
+    r = CU(cuDevicePrimaryCtxRetain)(&d->ctx, d->cu);
+    if (r != SWCU_CUDA_SUCCESS) {
+        pthread_mutex_destroy(&d->ev_mu);
+        free(d);
+        return cuda__fail(index, r, "cuDevicePrimaryCtxRetain", NULL);
+    }
+    /* From here on cuda__unref undoes everything. */
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK) {
+        cuda__unref(d);
+        return rc;
+    }
+    char name[100] = "NVIDIA GPU";
+    size_t total = 0;
+    struct {
+        swcu_device_attribute attr;
+        int *value;
+        const char *what;
+    } attrs[] = {
+        {SWCU_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, &d->cc_major,
+         "compute capability"},
+        {SWCU_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, &d->cc_minor,
+         "compute capability"},
+        {SWCU_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, &d->sms,
+         "multiprocessor count"},
+    };
+    for (size_t i = 0; rc == SW_OK && i < sizeof attrs / sizeof attrs[0];
+         i++) {
+        r = CU(cuDeviceGetAttribute)(attrs[i].value, attrs[i].attr, d->cu);
+        if (r != SWCU_CUDA_SUCCESS)
+            rc = cuda__fail(index, r, "cuDeviceGetAttribute",
+                            attrs[i].what);
+    }
+    if (rc == SW_OK &&
+        (r = CU(cuDeviceTotalMem_v2)(&total, d->cu)) != SWCU_CUDA_SUCCESS)
+        rc = cuda__fail(index, r, "cuDeviceTotalMem_v2", NULL);
+    if (rc == SW_OK &&
+        CU(cuDeviceGetName)(name, (int)sizeof name, d->cu) !=
+            SWCU_CUDA_SUCCESS)
+        snprintf(name, sizeof name, "NVIDIA GPU");
+    if (rc == SW_OK &&
+        (r = CU(cuStreamCreate)(&d->dq.stream, SWCU_CU_STREAM_NON_BLOCKING)) !=
+            SWCU_CUDA_SUCCESS)
+        rc = cuda__fail(index, r, "cuStreamCreate", NULL);
+    if (rc != SW_OK) {
+        cuda__leave(&s);
+        cuda__unref(d);
+        return rc;
+    }
+    char nopool[96] = "";
+    d->pool = cuda__pool_create(d, nopool, sizeof nopool);
+    cuda__leave(&s);
+
+    pthread_mutex_lock(&cuda__open_mu);
+    cuda__open[index] = d;
+    pthread_mutex_unlock(&cuda__open_mu);
+
+    memset(props, 0, sizeof *props);
+    int v = cuda__g.version;
+    snprintf(props->description, sizeof props->description,
+             "%.60s, sm_%d%d, %d SMs, driver %d.%d, %s%s%.60s%s", name,
+             d->cc_major, d->cc_minor, d->sms, v / 1000, (v % 1000) / 10,
+             d->pool ? "stream-ordered memory pool" : "cuMemAlloc",
+             d->pool ? "" : " (", d->pool ? "" : nopool,
+             d->pool ? "" : ")");
+    props->total = total;
+    props->max_alloc = 0;
+    props->host_addressable = 0;
+    *out = d;
+    return SW_OK;
+}
+
+/* The partial-sum block of a queue; the context is current. */
+static void cuda__partials_free(sw__bqueue *q)
+{
+    if (q->partials == 0)
+        return;
+    if (q->partials_pooled)
+        (void)CU(cuMemFreeAsync)(q->partials, q->stream);
+    else
+        (void)CU(cuMemFree_v2)(q->partials);
+    q->partials = 0;
+}
+
+/* pre: no live allocations, no queues but the default. */
+static void cuda_close(sw__bdev *d)
+{
+    if (d == NULL)
+        return;
+    pthread_mutex_lock(&cuda__open_mu);
+    if (cuda__open[d->index] == d)
+        cuda__open[d->index] = NULL;
+    pthread_mutex_unlock(&cuda__open_mu);
+
+    cuda__scope s;
+    if (cuda__enter(d, &s) == SW_OK) {
+        if (d->dq.partials_pooled)
+            cuda__partials_free(&d->dq); /* stream-ordered: before the sync */
+        (void)CU(cuStreamSynchronize)(d->dq.stream);
+        cuda__partials_free(&d->dq);
+        /* Every queue is idle now (the others were destroyed first), so
+         * the fallback's frees all complete. */
+        cuda__reap_all(d);
+        (void)CU(cuStreamDestroy_v2)(d->dq.stream);
+        if (d->module != NULL)
+            (void)CU(cuModuleUnload)(d->module);
+        if (d->pool != NULL)
+            (void)CU(cuMemPoolDestroy)(d->pool);
+        cuda__leave(&s);
+    }
+    d->module = NULL;
+    d->pool = NULL;
+    cuda__unref(d);
+}
+
+/* ------------------------------------------------------------------------
+ * Operations: memory
+ * ---------------------------------------------------------------------- */
+
+static int cuda_alloc(sw__bdev *d, size_t size, uintptr_t *mem)
+{
+    if (size == 0 || size % SW_ALLOC_GRANULARITY != 0)
+        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: allocation of %zu "
+                          "bytes: not a positive multiple of %u", d->index,
+                          size, SW_ALLOC_GRANULARITY);
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK)
+        return rc;
+    swcu_deviceptr p = 0;
+    swcu_result r;
+    const char *call;
+    if (d->pool != NULL) {
+        call = "cuMemAllocFromPoolAsync";
+        r = CU(cuMemAllocFromPoolAsync)(&p, size, d->pool, d->dq.stream);
+        if (r == SWCU_CUDA_ERROR_OUT_OF_MEMORY && CU(cuMemPoolTrimTo)) {
+            /* Free chunks of other sizes the pool still maps: give them
+             * back, so that the device can map one that fits. */
+            (void)CU(cuMemPoolTrimTo)(d->pool, 0);
+            r = CU(cuMemAllocFromPoolAsync)(&p, size, d->pool, d->dq.stream);
+        }
+    } else {
+        call = "cuMemAlloc_v2";
+        cuda__reap(d);
+        r = CU(cuMemAlloc_v2)(&p, size);
+    }
+    cuda__leave(&s);
+    if (r != SWCU_CUDA_SUCCESS) {
+        char detail[48];
+        snprintf(detail, sizeof detail, "%zu bytes", size);
+        return cuda__fail(d->index, r, call, detail);
+    }
+    *mem = (uintptr_t)p;
+    return SW_OK;
+}
+
+/* The fallback's free: cuMemFree once q's work so far is done. */
+static int cuda__defer_free(sw__bdev *d, sw__bqueue *q, swcu_deviceptr mem)
+{
+    cuda__pending *p = malloc(sizeof *p);
+    if (p == NULL)
+        return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: no host memory for a "
+                          "deferred free", d->index);
+    int rc = cuda__event_new(d, &p->after);
+    if (rc != SW_OK) {
+        free(p);
+        return rc;
+    }
+    swcu_result r = CU(cuEventRecord)(p->after->ev, q->stream);
+    if (r != SWCU_CUDA_SUCCESS) {
+        cuda__event_put(p->after);
+        free(p);
+        return cuda__fail(d->index, r, "cuEventRecord", "deferred free");
+    }
+    p->mem = mem;
+    p->next = d->pending;
+    d->pending = p;
+    return SW_OK;
+}
+
+static int cuda_free(sw__bdev *d, sw__bqueue *q, uintptr_t mem, size_t size)
+{
+    if (q == NULL)
+        q = &d->dq;
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK)
+        return rc;
+    if (d->pool != NULL) {
+        swcu_result r = CU(cuMemFreeAsync)((swcu_deviceptr)mem, q->stream);
+        if (r != SWCU_CUDA_SUCCESS) {
+            char detail[64];
+            snprintf(detail, sizeof detail, "0x%" PRIxPTR ", %zu bytes", mem,
+                     size);
+            rc = cuda__fail(d->index, r, "cuMemFreeAsync", detail);
+        }
+    } else {
+        rc = cuda__defer_free(d, q, (swcu_deviceptr)mem);
+    }
+    cuda__leave(&s);
+    return rc;
+}
+
+static int cuda_mem_info(sw__bdev *d, uint64_t *free_bytes, uint64_t *total,
+                         int *free_known)
+{
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK)
+        return rc;
+    /* What the pool holds unused, or fallback frees now complete, is
+     * returned first, so that device_free is what the device has. */
+    if (d->pool != NULL) {
+        if (CU(cuMemPoolTrimTo) != NULL)
+            (void)CU(cuMemPoolTrimTo)(d->pool, 0);
+    } else {
+        cuda__reap(d);
+    }
+    size_t f = 0, t = 0;
+    swcu_result r = CU(cuMemGetInfo_v2)(&f, &t);
+    cuda__leave(&s);
+    if (r != SWCU_CUDA_SUCCESS)
+        return cuda__fail(d->index, r, "cuMemGetInfo_v2", NULL);
+    *free_bytes = f;
+    *total = t;
+    *free_known = 1;
+    return SW_OK;
+}
+
+int sw__cuda_pool_usage(int index, uint64_t *reserved, uint64_t *used)
+{
+    *reserved = *used = 0;
+    if (index < 0 || index >= CUDA__MAX_DEVICES)
+        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: no such device",
+                          index);
+    pthread_mutex_lock(&cuda__open_mu);
+    sw__bdev *d = cuda__open[index];
+    int rc = SW_OK;
+    if (d == NULL || d->pool == NULL || CU(cuMemPoolGetAttribute) == NULL) {
+        rc = sw__errorf(SW_ERR_UNSUPPORTED, "cuda:%d: %s", index,
+                        d == NULL ? "not open" : "allocates without a pool");
+    } else {
+        cuda__scope s;
+        rc = cuda__enter(d, &s);
+        if (rc == SW_OK) {
+            swcu_result r = CU(cuMemPoolGetAttribute)(
+                d->pool, SWCU_CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, reserved);
+            if (r == SWCU_CUDA_SUCCESS)
+                r = CU(cuMemPoolGetAttribute)(
+                    d->pool, SWCU_CU_MEMPOOL_ATTR_USED_MEM_CURRENT, used);
+            if (r != SWCU_CUDA_SUCCESS)
+                rc = cuda__fail(index, r, "cuMemPoolGetAttribute", NULL);
+            cuda__leave(&s);
+        }
+    }
+    pthread_mutex_unlock(&cuda__open_mu);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Operations: queues
+ * ---------------------------------------------------------------------- */
+
+static sw__bqueue *cuda_default_queue(sw__bdev *d) { return &d->dq; }
+
+static int cuda_queue_create(sw__bdev *d, sw__bqueue **out)
+{
+    sw__bqueue *q = calloc(1, sizeof *q);
+    if (q == NULL)
+        return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: no host memory for a "
+                          "queue", d->index);
+    q->dev = d;
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc == SW_OK) {
+        swcu_result r = CU(cuStreamCreate)(&q->stream,
+                                           SWCU_CU_STREAM_NON_BLOCKING);
+        if (r != SWCU_CUDA_SUCCESS)
+            rc = cuda__fail(d->index, r, "cuStreamCreate", NULL);
+        cuda__leave(&s);
+    }
+    if (rc != SW_OK) {
+        free(q);
+        return rc;
+    }
+    cuda__ref(d);
+    *out = q;
+    return SW_OK;
+}
+
+/* Waits for the queue's work, then destroys it.  Called without the
+ * device lock: touches nothing but the queue itself. */
+static void cuda_queue_destroy(sw__bqueue *q)
+{
+    if (q == NULL || q == &q->dev->dq)
+        return;
+    sw__bdev *d = q->dev;
+    cuda__scope s;
+    if (cuda__enter(d, &s) == SW_OK) {
+        if (q->partials_pooled)
+            cuda__partials_free(q); /* stream-ordered: before the sync */
+        (void)CU(cuStreamSynchronize)(q->stream);
+        cuda__partials_free(q);
+        (void)CU(cuStreamDestroy_v2)(q->stream);
+        cuda__leave(&s);
+    }
+    free(q);
+    cuda__unref(d);
+}
+
+/* ------------------------------------------------------------------------
+ * Operations: transfers and fills
+ * ---------------------------------------------------------------------- */
+
+static int cuda_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
+                      const void *src, size_t n)
+{
+    sw__bdev *d = q->dev;
+    if (n == 0)
+        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: write of 0 bytes",
+                          d->index);
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK)
+        return rc;
+    swcu_result r = CU(cuMemcpyHtoDAsync_v2)((swcu_deviceptr)(dst + dst_off),
+                                              src, n, q->stream);
+    cuda__leave(&s);
+    if (r != SWCU_CUDA_SUCCESS) {
+        char detail[48];
+        snprintf(detail, sizeof detail, "%zu bytes", n);
+        return cuda__fail(d->index, r, "cuMemcpyHtoDAsync_v2", detail);
+    }
+    return SW_OK;
+}
+
+/* Into pageable memory the copy is complete when this returns. */
+static int cuda_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
+                     size_t n)
+{
+    sw__bdev *d = q->dev;
+    if (n == 0)
+        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: read of 0 bytes",
+                          d->index);
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK)
+        return rc;
+    swcu_result r = CU(cuMemcpyDtoHAsync_v2)(
+        dst, (swcu_deviceptr)(src + src_off), n, q->stream);
+    cuda__leave(&s);
+    if (r != SWCU_CUDA_SUCCESS) {
+        char detail[48];
+        snprintf(detail, sizeof detail, "%zu bytes", n);
+        return cuda__fail(d->index, r, "cuMemcpyDtoHAsync_v2", detail);
+    }
+    return SW_OK;
+}
+
+static int cuda_copy(sw__bqueue *q, uintptr_t dst, size_t dst_off,
+                     uintptr_t src, size_t src_off, size_t n)
+{
+    sw__bdev *d = q->dev;
+    if (n == 0)
+        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: copy of 0 bytes",
+                          d->index);
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK)
+        return rc;
+    swcu_result r = CU(cuMemcpyDtoDAsync_v2)((swcu_deviceptr)(dst + dst_off),
+                                              (swcu_deviceptr)(src + src_off),
+                                              n, q->stream);
+    cuda__leave(&s);
+    if (r != SWCU_CUDA_SUCCESS) {
+        char detail[48];
+        snprintf(detail, sizeof detail, "%zu bytes", n);
+        return cuda__fail(d->index, r, "cuMemcpyDtoDAsync_v2", detail);
+    }
+    return SW_OK;
+}
+
+static int cuda__kernels_ready(sw__bdev *d);
+
+/* A kernel's arguments: pointers to host variables, with their sizes. */
+typedef struct cuda__args {
+    void *ptr[4];
+    unsigned char size[4];
+    unsigned char n;
+} cuda__args;
+
+#define CUDA__ARG(a, v)                                                       \
+    ((a).ptr[(a).n] = (void *)&(v), (a).size[(a).n++] = sizeof(v))
+#define CUDA__ARGP(a, p, bytes)                                               \
+    ((a).ptr[(a).n] = (p), (a).size[(a).n++] = (unsigned char)(bytes))
+
+/* Launch kernel k on q: grid blocks of CUDA__THREADS threads, compiling
+ * and loading the kernels first if need be.  The context is current. */
+static int cuda__run(sw__bqueue *q, int k, unsigned grid,
+                     const cuda__args *a)
+{
+    sw__bdev *d = q->dev;
+    int ok = a->n == cuda__params[k].n;
+    for (int i = 0; ok && i < a->n; i++)
+        ok = a->size[i] == cuda__params[k].size[i];
+    if (!ok) /* a programming error: never let the GPU read garbage */
+        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: internal error: %s "
+                          "launched with arguments that do not match its "
+                          "parameters", d->index, cuda__names[k]);
+    int rc = cuda__kernels_ready(d);
+    if (rc != SW_OK)
+        return rc;
+    void *params[4];
+    memcpy(params, a->ptr, sizeof params);
+    swcu_result r = CU(cuLaunchKernel)(d->fn[k], grid, 1, 1, CUDA__THREADS,
+                                       1, 1, 0, q->stream, params, NULL);
+    if (r != SWCU_CUDA_SUCCESS)
+        return cuda__fail(d->index, r, "cuLaunchKernel", cuda__names[k]);
+    return SW_OK;
+}
+
+/* Blocks for n elements: one per CUDA__THREADS, at most 16 per SM (a
+ * grid-stride loop covers the rest). */
+static unsigned cuda__grid(const sw__bdev *d, size_t n)
+{
+    size_t blocks = (n + CUDA__THREADS - 1) / CUDA__THREADS;
+    size_t cap = d->sms > 0 ? (size_t)d->sms * 16 : 2048;
+    return (unsigned)(blocks < cap ? blocks : cap);
+}
+
+/* A pattern at any alignment, through the byte kernel. */
+static int cuda__fill_bytes(sw__bqueue *q, swcu_deviceptr p, size_t n,
+                            const unsigned char *pattern, size_t psize)
+{
+    unsigned long long bits = 0, count = n;
+    memcpy(&bits, pattern, psize);
+    unsigned int ps = (unsigned int)psize;
+    cuda__args a = {.n = 0};
+    CUDA__ARG(a, p);
+    CUDA__ARG(a, count);
+    CUDA__ARG(a, bits);
+    CUDA__ARG(a, ps);
+    return cuda__run(q, CUDA__K_FILL_BYTES, cuda__grid(q->dev, n), &a);
+}
+
+static int cuda_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
+                     const void *pattern, size_t pattern_size)
+{
+    sw__bdev *d = q->dev;
+    if ((pattern_size != 1 && pattern_size != 2 && pattern_size != 4 &&
+         pattern_size != 8) ||
+        n == 0 || n % pattern_size != 0)
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "cuda:%d: fill of %zu bytes with a %zu-byte "
+                          "pattern: the pattern must be 1, 2, 4 or 8 bytes "
+                          "and divide a nonzero length",
+                          d->index, n, pattern_size);
+    const unsigned char *pat = pattern;
+    swcu_deviceptr p = (swcu_deviceptr)(dst + dst_off);
+    int uniform = 1;
+    for (size_t i = 1; i < pattern_size; i++)
+        uniform &= pat[i] == pat[0];
+    uint16_t v16 = 0;
+    uint32_t v32 = 0, hi32 = 0;
+    if (pattern_size == 2)
+        memcpy(&v16, pat, 2);
+    if (pattern_size >= 4)
+        memcpy(&v32, pat, 4);
+    if (pattern_size == 8)
+        memcpy(&hi32, pat + 4, 4);
+
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK)
+        return rc;
+    /* The driver's memsets where the alignment allows, kernels otherwise
+     * (an 8-byte pattern of two different halves has no memset). */
+    swcu_result r = SWCU_CUDA_SUCCESS;
+    const char *call = NULL;
+    if (uniform) {
+        call = "cuMemsetD8Async";
+        r = CU(cuMemsetD8Async)(p, pat[0], n, q->stream);
+    } else if (pattern_size == 2 && p % 2 == 0) {
+        call = "cuMemsetD16Async";
+        r = CU(cuMemsetD16Async)(p, v16, n / 2, q->stream);
+    } else if ((pattern_size == 4 || (pattern_size == 8 && v32 == hi32)) &&
+               p % 4 == 0) {
+        call = "cuMemsetD32Async";
+        r = CU(cuMemsetD32Async)(p, v32, n / 4, q->stream);
+    } else if (pattern_size == 8 && p % 8 == 0) {
+        unsigned long long bits = 0, count = n / 8;
+        memcpy(&bits, pat, 8);
+        cuda__args a = {.n = 0};
+        CUDA__ARG(a, p);
+        CUDA__ARG(a, bits);
+        CUDA__ARG(a, count);
+        rc = cuda__run(q, SW_KERNEL_FILL * 4 + SW_INT64, cuda__grid(d, n / 8),
+                       &a);
+    } else {
+        rc = cuda__fill_bytes(q, p, n, pat, pattern_size);
+    }
+    cuda__leave(&s);
+    if (call != NULL && r != SWCU_CUDA_SUCCESS) {
+        char detail[48];
+        snprintf(detail, sizeof detail, "%zu bytes", n);
+        return cuda__fail(d->index, r, call, detail);
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Operations: kernels
+ * ---------------------------------------------------------------------- */
+
+/* Remember the first failure to get kernels, so that later launches
+ * report it at once instead of compiling again. */
+static int cuda__kernels_fail(sw__bdev *d, int code)
+{
+    d->kernels_failed = code;
+    snprintf(d->kernels_why, sizeof d->kernels_why, "%s", sw_last_error());
+    return code;
+}
+
+/* Compile (once per architecture per process) and load (once per device)
+ * the built-in kernels.  The device lock is held, the context current. */
+static int cuda__kernels_ready(sw__bdev *d)
+{
+    if (d->module != NULL)
+        return SW_OK;
+    if (d->kernels_failed)
+        return sw__errorf(d->kernels_failed, "%s", d->kernels_why);
+
+    char why[512];
+    int nvmaj = 0, nvmin = 0;
+    if (sw__cuda_nvrtc_load(why, sizeof why, &nvmaj, &nvmin) != SW_OK) {
+        sw__errorf(SW_ERR_UNSUPPORTED, "cuda:%d: the built-in kernels need "
+                   "NVRTC: %s", d->index, why);
+        return cuda__kernels_fail(d, SW_ERR_UNSUPPORTED);
+    }
+    int archs[64], narch = 0;
+    if (NV(nvrtcGetNumSupportedArchs) != NULL &&
+        NV(nvrtcGetSupportedArchs) != NULL &&
+        NV(nvrtcGetNumSupportedArchs)(&narch) == SWCU_NVRTC_SUCCESS &&
+        narch > 0 && narch <= 64) {
+        if (NV(nvrtcGetSupportedArchs)(archs) != SWCU_NVRTC_SUCCESS)
+            narch = 0;
+    } else {
+        narch = 0;
+    }
+    int devarch = d->cc_major * 10 + d->cc_minor, arch = 0, cubin = 0;
+    if (sw__cuda_pick_arch(devarch, archs, narch, &arch, &cubin) != 0) {
+        sw__errorf(SW_ERR_UNSUPPORTED, "cuda:%d: NVRTC %d.%d (%s) supports "
+                   "no architecture at or below this device's sm_%d",
+                   d->index, nvmaj, nvmin, cuda__nv.path, devarch);
+        return cuda__kernels_fail(d, SW_ERR_UNSUPPORTED);
+    }
+
+    /* A CUBIN of the device's own architecture needs no JIT, and loads on
+     * any driver of the same major version as NVRTC; PTX is the fallback
+     * (JIT-compiled, and only by a driver at least as new as NVRTC). */
+    int tries[2][2] = {{arch, cubin}, {arch, 0}};
+    int ntries = cubin ? 2 : 1;
+    char errs[2][300] = {"", ""};
+    int transient = 0; /* out of host or device memory: try again later */
+    swcu_module mod = NULL;
+    for (int t = 0; t < ntries && mod == NULL; t++) {
+        const cuda__image *im = NULL;
+        int rc = cuda__image_get(tries[t][0], tries[t][1], &im);
+        if (rc != SW_OK) {
+            transient |= rc == SW_ERR_HOST_OOM;
+            snprintf(errs[t], sizeof errs[t], "%s", sw_last_error());
+            continue;
+        }
+        swcu_result r = CU(cuModuleLoadData)(&mod, im->data);
+        if (r != SWCU_CUDA_SUCCESS) {
+            char nbuf[32];
+            transient |= r == SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+            mod = NULL;
+            snprintf(errs[t], sizeof errs[t], "%s %s_%d: cuModuleLoadData "
+                     "failed: %s", tries[t][1] ? "CUBIN" : "PTX",
+                     tries[t][1] ? "sm" : "compute", tries[t][0],
+                     cuda__err_name(r, nbuf, sizeof nbuf));
+        }
+    }
+    if (mod == NULL) {
+        int v = cuda__g.version;
+        sw__errorf(SW_ERR_DEVICE, "cuda:%d: cannot load the built-in kernels "
+                   "(NVRTC %d.%d, driver %d.%d): %s%s%s%s", d->index, nvmaj,
+                   nvmin, v / 1000, (v % 1000) / 10, errs[0],
+                   errs[1][0] ? "; " : "", errs[1],
+                   v / 1000 * 10 + (v % 1000) / 10 < nvmaj * 10 + nvmin
+                       ? ": the driver is older than NVRTC; set "
+                         "SPILLWAY_NVRTC_LIBRARY to an NVRTC no newer than "
+                         "the driver"
+                       : "");
+        if (transient) /* not remembered: the next launch tries again */
+            return SW_ERR_OOM;
+        return cuda__kernels_fail(d, SW_ERR_DEVICE);
+    }
+    for (int k = 0; k < CUDA__K_COUNT; k++) {
+        swcu_result r = CU(cuModuleGetFunction)(&d->fn[k], mod,
+                                                cuda__names[k]);
+        if (r != SWCU_CUDA_SUCCESS) {
+            (void)CU(cuModuleUnload)(mod);
+            cuda__fail(d->index, r, "cuModuleGetFunction", cuda__names[k]);
+            return cuda__kernels_fail(d, SW_ERR_DEVICE);
+        }
+    }
+    d->module = mod;
+    return SW_OK;
+}
+
+static const char *cuda__kernel_name(sw_kernel k)
+{
+    switch (k) {
+    case SW_KERNEL_FILL: return "FILL";
+    case SW_KERNEL_COPY: return "COPY";
+    case SW_KERNEL_ADD: return "ADD";
+    case SW_KERNEL_SCALE: return "SCALE";
+    case SW_KERNEL_AXPY: return "AXPY";
+    case SW_KERNEL_SUM: return "SUM";
+    }
+    return NULL;
+}
+
+static const char *cuda__dtype_name(sw_dtype t)
+{
+    switch (t) {
+    case SW_FLOAT32: return "float32";
+    case SW_FLOAT64: return "float64";
+    case SW_INT32: return "int32";
+    case SW_INT64: return "int64";
+    }
+    return NULL;
+}
+
+/* Scratch of `bytes` on q's stream for an overlapping COPY: from the pool
+ * (freed again in stream order) or cuMemAlloc (freed once q's work is
+ * done).  The context is current. */
+static int cuda__copy_overlapping(sw__bqueue *q, swcu_deviceptr dst,
+                                  swcu_deviceptr src, size_t bytes)
+{
+    sw__bdev *d = q->dev;
+    swcu_deviceptr tmp = 0;
+    swcu_result r = d->pool != NULL
+                        ? CU(cuMemAllocFromPoolAsync)(&tmp, bytes, d->pool,
+                                                      q->stream)
+                        : CU(cuMemAlloc_v2)(&tmp, bytes);
+    char detail[80];
+    snprintf(detail, sizeof detail, "%zu bytes of scratch for an "
+             "overlapping COPY", bytes);
+    if (r != SWCU_CUDA_SUCCESS)
+        return cuda__fail(d->index, r, d->pool ? "cuMemAllocFromPoolAsync"
+                                               : "cuMemAlloc_v2", detail);
+    r = CU(cuMemcpyDtoDAsync_v2)(tmp, src, bytes, q->stream);
+    if (r == SWCU_CUDA_SUCCESS)
+        r = CU(cuMemcpyDtoDAsync_v2)(dst, tmp, bytes, q->stream);
+    int rc = r == SWCU_CUDA_SUCCESS
+                 ? SW_OK
+                 : cuda__fail(d->index, r, "cuMemcpyDtoDAsync_v2", detail);
+    if (d->pool != NULL)
+        (void)CU(cuMemFreeAsync)(tmp, q->stream);
+    else if (cuda__defer_free(d, q, tmp) != SW_OK) {
+        /* No host memory to defer it: wait, then free now. */
+        (void)CU(cuStreamSynchronize)(q->stream);
+        (void)CU(cuMemFree_v2)(tmp);
+    }
+    return rc;
+}
+
+/* The partial sums of q, allocated at its first sum. */
+static int cuda__partials(sw__bqueue *q)
+{
+    if (q->partials != 0)
+        return SW_OK;
+    sw__bdev *d = q->dev;
+    size_t bytes = CUDA__SUM_BLOCKS * 8;
+    swcu_result r;
+    if (d->pool != NULL) {
+        r = CU(cuMemAllocFromPoolAsync)(&q->partials, bytes, d->pool,
+                                        q->stream);
+        q->partials_pooled = 1;
+    } else {
+        r = CU(cuMemAlloc_v2)(&q->partials, bytes);
+        q->partials_pooled = 0;
+    }
+    if (r != SWCU_CUDA_SUCCESS) {
+        q->partials = 0;
+        return cuda__fail(d->index, r, d->pool ? "cuMemAllocFromPoolAsync"
+                                               : "cuMemAlloc_v2",
+                          "partial sums");
+    }
+    return SW_OK;
+}
+
+static int cuda__launch(sw__bqueue *q, const sw_kernel_args *a, size_t es)
+{
+    sw__bdev *d = q->dev;
+    int rc;
+    swcu_deviceptr out = (swcu_deviceptr)(a->out.base + a->out.offset);
+    swcu_deviceptr pa = (swcu_deviceptr)(a->a.base + a->a.offset);
+    swcu_deviceptr pb = (swcu_deviceptr)(a->b.base + a->b.offset);
+    unsigned long long n = a->n;
+    int k = (int)a->kernel * 4 + (int)a->dtype;
+    unsigned grid = cuda__grid(d, a->n);
+    size_t bytes = a->n * es;
+
+    /* alpha as one element of the dtype (es bytes). */
+    float af = (float)a->alpha.f;
+    double ad = a->alpha.f;
+    uint32_t ai32 = (uint32_t)(uint64_t)a->alpha.i;
+    uint64_t ai64 = (uint64_t)a->alpha.i;
+    void *alpha = a->dtype == SW_FLOAT32   ? (void *)&af
+                  : a->dtype == SW_FLOAT64 ? (void *)&ad
+                  : a->dtype == SW_INT32   ? (void *)&ai32
+                                           : (void *)&ai64;
+    cuda__args args = {.n = 0};
+
+    switch (a->kernel) {
+    case SW_KERNEL_FILL:
+        if (out % es != 0) {
+            unsigned char pat[8];
+            memcpy(pat, alpha, es);
+            return cuda__fill_bytes(q, out, bytes, pat, es);
+        }
+        CUDA__ARG(args, out);
+        CUDA__ARGP(args, alpha, es);
+        CUDA__ARG(args, n);
+        return cuda__run(q, k, grid, &args);
+    case SW_KERNEL_COPY:
+        if (out == pa)
+            return SW_OK; /* out[i] = out[i] */
+        if (out < pa + bytes && pa < out + bytes)
+            return cuda__copy_overlapping(q, out, pa, bytes);
+        if (out % es != 0 || pa % es != 0) {
+            swcu_result r = CU(cuMemcpyDtoDAsync_v2)(out, pa, bytes,
+                                                      q->stream);
+            return r == SWCU_CUDA_SUCCESS
+                       ? SW_OK
+                       : cuda__fail(d->index, r, "cuMemcpyDtoDAsync_v2",
+                                    "COPY");
+        }
+        CUDA__ARG(args, out);
+        CUDA__ARG(args, pa);
+        CUDA__ARG(args, n);
+        return cuda__run(q, k, grid, &args);
+    case SW_KERNEL_ADD:
+        CUDA__ARG(args, out);
+        CUDA__ARG(args, pa);
+        CUDA__ARG(args, pb);
+        CUDA__ARG(args, n);
+        return cuda__run(q, k, grid, &args);
+    case SW_KERNEL_SCALE:
+    case SW_KERNEL_AXPY:
+        CUDA__ARG(args, out);
+        CUDA__ARG(args, pa);
+        CUDA__ARGP(args, alpha, es);
+        CUDA__ARG(args, n);
+        return cuda__run(q, k, grid, &args);
+    case SW_KERNEL_SUM: {
+        rc = cuda__partials(q);
+        if (rc != SW_OK)
+            return rc;
+        /* The grid depends on n alone (not on the device), so a sum is
+         * the same bits on every run and every GPU. */
+        size_t blocks = (a->n + CUDA__THREADS - 1) / CUDA__THREADS;
+        unsigned g = (unsigned)(blocks < CUDA__SUM_BLOCKS ? blocks
+                                                          : CUDA__SUM_BLOCKS);
+        swcu_deviceptr partials = q->partials;
+        CUDA__ARG(args, pa);
+        CUDA__ARG(args, n);
+        CUDA__ARG(args, partials);
+        rc = cuda__run(q, k, g, &args);
+        if (rc != SW_OK)
+            return rc;
+        unsigned int count = g;
+        cuda__args fin = {.n = 0};
+        CUDA__ARG(fin, partials);
+        CUDA__ARG(fin, count);
+        CUDA__ARG(fin, out);
+        return cuda__run(q,
+                         a->dtype == SW_FLOAT32 || a->dtype == SW_FLOAT64
+                             ? CUDA__K_SUM_FINAL_F64
+                             : CUDA__K_SUM_FINAL_I64,
+                         1, &fin);
+    }
+    }
+    return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: unknown kernel %d",
+                      d->index, (int)a->kernel);
+}
+
+static int cuda_launch(sw__bqueue *q, const sw_kernel_args *args)
+{
+    sw__bdev *d = q->dev;
+    const char *kname = cuda__kernel_name(args->kernel);
+    const char *dname = cuda__dtype_name(args->dtype);
+    if (kname == NULL || dname == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "cuda:%d: unknown %s %d in a kernel launch",
+                          d->index, kname ? "dtype" : "kernel",
+                          kname ? (int)args->dtype : (int)args->kernel);
+    size_t es = args->dtype == SW_FLOAT64 || args->dtype == SW_INT64 ? 8 : 4;
+    if (args->n == 0 || args->n > SIZE_MAX / es)
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "cuda:%d: kernel %s %s with n=%zu elements",
+                          d->index, kname, dname, args->n);
+    /* A misaligned access would end the context for good (a sticky
+     * CUDA_ERROR_MISALIGNED_ADDRESS): refuse what the typed loops cannot
+     * do.  FILL and COPY take any alignment (bytes), SUM stores its
+     * result wherever out points. */
+    const sw_devmem *need[3] = {NULL, NULL, NULL};
+    const char *names[3] = {"out", "a", "b"};
+    switch (args->kernel) {
+    case SW_KERNEL_ADD:
+        need[2] = &args->b;
+        /* fall through */
+    case SW_KERNEL_SCALE:
+    case SW_KERNEL_AXPY:
+        need[0] = &args->out;
+        /* fall through */
+    case SW_KERNEL_SUM:
+        need[1] = &args->a;
+        break;
+    default:
+        break;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (need[i] && (need[i]->base + need[i]->offset) % es != 0)
+            return sw__errorf(SW_ERR_INVALID_ARG,
+                              "cuda:%d: kernel %s %s: operand %s at 0x%" PRIxPTR
+                              " is not aligned to its %zu-byte elements",
+                              d->index, kname, dname, names[i],
+                              need[i]->base + need[i]->offset, es);
+    }
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK)
+        return rc;
+    rc = cuda__launch(q, args, es);
+    cuda__leave(&s);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Operations: events and waiting
+ * ---------------------------------------------------------------------- */
+
+static int cuda_event_record(sw__bqueue *q, sw__bevent **out)
+{
+    sw__bdev *d = q->dev;
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK)
+        return rc;
+    sw__bevent *e = NULL;
+    rc = cuda__event_new(d, &e);
+    if (rc == SW_OK) {
+        swcu_result r = CU(cuEventRecord)(e->ev, q->stream);
+        if (r != SWCU_CUDA_SUCCESS) {
+            cuda__event_put(e);
+            rc = cuda__fail(d->index, r, "cuEventRecord", NULL);
+        } else {
+            *out = e;
+        }
+    }
+    cuda__leave(&s);
+    return rc;
+}
+
+static int cuda_event_query(sw__bevent *e, int *done)
+{
+    sw__bdev *d = e->dev;
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK)
+        return rc;
+    swcu_result r = CU(cuEventQuery)(e->ev);
+    cuda__leave(&s);
+    if (r == SWCU_CUDA_SUCCESS) {
+        *done = 1;
+        return SW_OK;
+    }
+    if (r == SWCU_CUDA_ERROR_NOT_READY) {
+        *done = 0;
+        return SW_OK;
+    }
+    /* An error of the work before the event (sticky in the context). */
+    return cuda__fail(d->index, r, "cuEventQuery", NULL);
+}
+
+static int cuda_event_wait(sw__bevent *e)
+{
+    sw__bdev *d = e->dev;
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK)
+        return rc;
+    swcu_result r = CU(cuEventSynchronize)(e->ev);
+    cuda__leave(&s);
+    return r == SWCU_CUDA_SUCCESS
+               ? SW_OK
+               : cuda__fail(d->index, r, "cuEventSynchronize", NULL);
+}
+
+static void cuda_event_release(sw__bevent *e)
+{
+    if (e != NULL)
+        cuda__event_put(e);
+}
+
+static int cuda_synchronize(sw__bqueue *q)
+{
+    sw__bdev *d = q->dev;
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK)
+        return rc;
+    swcu_result r = CU(cuStreamSynchronize)(q->stream);
+    cuda__leave(&s);
+    return r == SWCU_CUDA_SUCCESS
+               ? SW_OK
+               : cuda__fail(d->index, r, "cuStreamSynchronize", NULL);
+}
+
+/* A device-side wait: never blocks the caller.  The wait is on the
+ * event's state now; recording it again later (it is recycled once
+ * released) does not change what q waits for. */
+static int cuda_wait_event(sw__bqueue *q, sw__bevent *e)
+{
+    sw__bdev *d = q->dev;
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK)
+        return rc;
+    swcu_result r = CU(cuStreamWaitEvent)(q->stream, e->ev, 0);
+    cuda__leave(&s);
+    return r == SWCU_CUDA_SUCCESS
+               ? SW_OK
+               : cuda__fail(d->index, r, "cuStreamWaitEvent", NULL);
+}
+
+/* ------------------------------------------------------------------------
+ * The ops table
+ * ---------------------------------------------------------------------- */
+
+const sw__backend_ops sw__cuda_backend = {
+    .version = SW__BACKEND_VERSION,
+    .name = "cuda",
+    .device_count = cuda_device_count,
+    .open = cuda_open,
+    .close = cuda_close,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .mem_info = cuda_mem_info,
+    .default_queue = cuda_default_queue,
+    .queue_create = cuda_queue_create,
+    .queue_destroy = cuda_queue_destroy,
+    .write = cuda_write,
+    .read = cuda_read,
+    .copy = cuda_copy,
+    .fill = cuda_fill,
+    .launch = cuda_launch,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_wait = cuda_event_wait,
+    .event_release = cuda_event_release,
+    .synchronize = cuda_synchronize,
+    .wait_event = cuda_wait_event,
+};
