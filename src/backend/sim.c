@@ -1124,8 +1124,8 @@ static void sim__human_size(uint64_t n, char *buf, size_t len)
 
 static int sim_device_count(int *count, char *why, size_t why_len)
 {
-    uint64_t cap;
-    int n;
+    uint64_t cap = 0;
+    int n = 0;
     int rc = sim__config(&cap, &n);
     if (rc != SW_OK)
         return rc;
@@ -1140,8 +1140,8 @@ static int sim_device_count(int *count, char *why, size_t why_len)
 
 static int sim_open(int index, sw__bdev **out, sw__device_props *props)
 {
-    uint64_t cap;
-    int n;
+    uint64_t cap = 0;
+    int n = 0;
     int rc = sim__config(&cap, &n);
     if (rc != SW_OK)
         return rc;
