@@ -268,6 +268,7 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
             sw__host_put_locked(dev, b->host, b->size);
             b->host = NULL;
             sw__lru_insert_locked(dev, b);
+            sw__maybe_release_locked(dev, b); /* freed meanwhile? */
             continue;
         }
         sw__cache_put_locked(dev, b->mem, b->alloc_size);
