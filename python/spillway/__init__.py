@@ -32,6 +32,12 @@ no collection; a collection that frees memory ends it; one collection runs
 at a time, and a thread that waited while another collected does not
 collect again.  ``memory_info().gc_runs`` counts the collections.
 
+Queues: ``q = sw.Queue()`` is an in-order stream of work on a device;
+``sw.add(a, b, queue=q)`` (and scale, axpy, zeros, fill) runs there,
+ordered after the events recorded in ``sw.order_manager[q]`` and recording
+its own.  ``sw.order_manager`` is per thread and holds queues by weak
+reference: a program that creates queues in a loop does not keep them.
+
 DLPack: ``numpy.from_dlpack(a)`` views the array's memory (on devices the
 host can address, such as the simulated one) under an exposure lease: the
 array does not spill while the NumPy array lives.
@@ -39,14 +45,20 @@ array does not spill while the NumPy array lives.
 See docs/python.md for the whole API.
 """
 
+import atexit as _atexit
+
 from ._spillway import (
     ALLOC_GRANULARITY,
     Array,
     Device,
     DeviceError,
     DeviceMemoryError,
+    Event,
     MemoryInfo,
+    OrderManagerMap,
     PeakScope,
+    Queue,
+    SequentialOrderManager,
     __version__,
     add,
     asarray,
@@ -57,6 +69,7 @@ from ._spillway import (
     get_memory_budget,
     memory_info,
     memory_peak,
+    order_manager,
     reset_peak_memory,
     scale,
     set_memory_budget,
@@ -64,7 +77,12 @@ from ._spillway import (
     synchronize,
     zeros,
 )
+from ._spillway import _atexit as _spillway_atexit
 from ._summary import memory_summary
+
+# Python host tasks take the GIL on their queue's thread: wait for them
+# before the interpreter finalizes (they could never get it then).
+_atexit.register(_spillway_atexit)
 
 __all__ = [
     "ALLOC_GRANULARITY",
@@ -72,8 +90,12 @@ __all__ = [
     "Device",
     "DeviceError",
     "DeviceMemoryError",
+    "Event",
     "MemoryInfo",
+    "OrderManagerMap",
     "PeakScope",
+    "Queue",
+    "SequentialOrderManager",
     "add",
     "asarray",
     "axpy",
@@ -84,6 +106,7 @@ __all__ = [
     "memory_info",
     "memory_peak",
     "memory_summary",
+    "order_manager",
     "reset_peak_memory",
     "scale",
     "set_memory_budget",

@@ -40,6 +40,7 @@
 #include "dlpack.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -138,6 +139,13 @@ typedef struct {
     PyTypeObject *peak_type;
     PyTypeObject *cthread_type;
     PyTypeObject *meminfo_type;
+    PyTypeObject *queue_type;
+    PyTypeObject *event_type;
+    PyTypeObject *manager_type;
+    PyTypeObject *map_type;   /* one thread's order managers */
+    PyTypeObject *entry_type; /* one key of it */
+    PyTypeObject *omap_type;
+    PyObject *order_manager;  /* the OrderManagerMap singleton */
     PyObject *DeviceMemoryError;
     PyObject *DeviceError;
     PyObject *devices;        /* dict: "sim:0" -> Device (open ones) */
@@ -213,11 +221,9 @@ static int state_alive(sw_state *st)
  * Errors
  * ---------------------------------------------------------------------- */
 
-/* Raise the exception for library error rc, carrying the thread's detail
- * message (read at once: the next failing call replaces it). */
-static PyObject *raise_sw(sw_state *st, int rc)
+/* Raise the exception for library error rc with the detail message. */
+static PyObject *raise_sw_detail(sw_state *st, int rc, const char *detail)
 {
-    const char *detail = sw_last_error();
     PyObject *exc;
     switch (rc) {
     case SW_ERR_OOM:
@@ -252,6 +258,13 @@ static PyObject *raise_sw(sw_state *st, int rc)
     else
         PyErr_Format(exc, "%s (%s)", sw_strerror(rc), sw_err_name(rc));
     return NULL;
+}
+
+/* Raise the exception for library error rc, carrying the thread's detail
+ * message (read at once: the next failing call replaces it). */
+static PyObject *raise_sw(sw_state *st, int rc)
+{
+    return raise_sw_detail(st, rc, sw_last_error());
 }
 
 /* ------------------------------------------------------------------------
@@ -1108,6 +1121,1865 @@ static PyType_Spec Device_spec = {
 };
 
 /* ------------------------------------------------------------------------
+ * Queues, events, host tasks and order managers
+ *
+ * Queue wraps an sw_queue with a reference of its own; Queue(q) wraps the
+ * same sw_queue, and queues compare and hash by that pointer.  Event wraps
+ * an sw_event.  A SequentialOrderManager keeps, in an sw_order, the events
+ * of the work submitted to one queue and of host tasks, and holds its own
+ * reference to the sw_queue -- never the Queue object it was looked up by.
+ *
+ * spillway.order_manager maps queues to managers per thread (a MapObject
+ * kept in the thread state's dict) and holds each key by weak reference:
+ *  - the weak reference's callback (the EntryObject itself) only marks the
+ *    entry dead and links it on the map's dead list.  It never waits and
+ *    never allocates: the last reference to a queue is often dropped
+ *    inside one of the queue's own host tasks, on its runner thread;
+ *  - the owning thread drops a dead entry at a later lookup, once the
+ *    manager's events have all completed (sw_order_idle: queries, never a
+ *    wait) and nothing but the map refers to the manager;
+ *  - until then a lookup of an equal queue (the same sw_queue, found by
+ *    pointer) takes the entry over with a new weak reference, so new work
+ *    is still ordered after the old manager's events.
+ * Only the owning thread changes its map's table; a callback, which may
+ * run on any thread (always with the GIL), only sets flags and links.
+ *
+ * Dependencies.  Work on one queue runs in order, so a manager's events of
+ * its own queue need no further ordering.  Events of other queues (added
+ * with add_event or add_event_pair) are kept apart as well ("foreign"), and
+ * new work waits for them on the host, without the GIL, before it is
+ * submitted (the C API has no queue-waits-for-event call).  As in dpctl,
+ * new work depends on submitted events only; host-task events are kept so
+ * that wait() covers them and the objects they hold stay alive.
+ *
+ * Host tasks.  q.host_task(fn) runs fn with the GIL, taken with
+ * PyGILState_Ensure on the queue's runner thread (which holds no spillway
+ * lock then).  The host task that keeps an operation's Arrays alive until
+ * its work has completed needs no GIL: it hands its references to a
+ * release list and completes, so that a manager is idle as soon as its
+ * device work is done, whatever the GIL's scheduling (a runner waiting
+ * for the GIL would keep its queue, and its device memory, alive).  The
+ * list is drained, with the GIL, at the next queue call of any thread, by
+ * a pending call scheduled on the main thread (Py_AddPendingCall), and
+ * after every wait.  Python host tasks are counted; an atexit handler
+ * waits for them and drains the list before the interpreter finalizes,
+ * when a thread asking for the GIL would never get it.
+ * ---------------------------------------------------------------------- */
+
+/* A failure of this module's own (not the library's): no host memory. */
+#define SWPY_NOMEM (-1000000)
+
+static PyObject *raise_rc(sw_state *st, int rc)
+{
+    if (rc == SWPY_NOMEM)
+        return PyErr_NoMemory();
+    return raise_sw(st, rc);
+}
+
+/* Python host tasks queued and not yet finished, process-wide. */
+static pthread_mutex_t pytasks_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pytasks_cv = PTHREAD_COND_INITIALIZER;
+static long pytasks_pending;
+
+static void pytasks_begin(void)
+{
+    pthread_mutex_lock(&pytasks_mu);
+    pytasks_pending++;
+    pthread_mutex_unlock(&pytasks_mu);
+}
+
+static void pytasks_end(void)
+{
+    pthread_mutex_lock(&pytasks_mu);
+    if (--pytasks_pending == 0)
+        pthread_cond_broadcast(&pytasks_cv);
+    pthread_mutex_unlock(&pytasks_mu);
+}
+
+/* The queue whose Python host task this thread is running, or NULL. */
+static _Thread_local sw_queue *tl_task_queue;
+
+/* Live objects, for the test suite's leak checks (changed with the GIL). */
+static Py_ssize_t live_queues, live_managers, live_events;
+
+/* Objects hash by a pointer, as CPython's _Py_HashPointer does. */
+static Py_hash_t hash_pointer(const void *p)
+{
+    size_t y = (size_t)p;
+    y = (y >> 4) | (y << (8 * sizeof(void *) - 4));
+    Py_hash_t h = (Py_hash_t)y;
+    return h == -1 ? -2 : h;
+}
+
+typedef struct {
+    PyObject_HEAD
+    sw_queue *q;          /* our reference */
+    DeviceObject *device; /* strong, and counted in its users */
+    PyObject *weakreflist;
+} QueueObject;
+
+typedef struct {
+    PyObject_HEAD
+    sw_event *ev;     /* our reference */
+    sw_queue *origin; /* where it was recorded, as an identity only (no
+                       * reference); NULL when unknown */
+    int host_task;
+} EventObject;
+
+typedef struct {
+    PyObject_HEAD
+    sw_queue *q;          /* the manager's own reference */
+    DeviceObject *device; /* strong, counted in its users */
+    sw_order *order;      /* every event recorded */
+    sw_order *foreign;    /* the submitted ones not of q; NULL until one */
+    sw_order *own;        /* the host-task ones of q; NULL until one */
+    /* Guards order and foreign.  Taken only with the GIL released, and
+     * never held while waiting or while taking the GIL. */
+    pthread_mutex_t mu;
+    PyObject *weakreflist;
+} ManagerObject;
+
+typedef struct MapObject MapObject;
+
+/* One key of a thread's map; also the callback of the key's weak
+ * reference. */
+typedef struct EntryObject {
+    PyObject_HEAD
+    sw_queue *key;         /* == mgr->q */
+    ManagerObject *mgr;    /* strong */
+    PyObject *wr;          /* weak reference to the key Queue (callback:
+                            * this entry), strong */
+    MapObject *map;        /* borrowed; NULL once taken out of it */
+    struct EntryObject *dead_next;
+    unsigned char dead;    /* the key Queue is gone */
+    unsigned char on_list; /* linked on map->dead */
+    unsigned char idle;    /* scratch for map_prune */
+} EntryObject;
+
+/* One thread's map: an open-addressing table of entries by sw_queue
+ * pointer (linear probing, backward-shift deletion), owning a reference to
+ * each entry, and the list of entries whose key died. */
+struct MapObject {
+    PyObject_HEAD
+    EntryObject **slots;
+    size_t cap; /* 0 or a power of two */
+    size_t n;
+    EntryObject *dead; /* no references of its own: every entry on it is
+                        * in the table */
+};
+
+/* spillway.order_manager. */
+typedef struct {
+    PyObject_HEAD
+} OMapObject;
+
+/* A Python host task: calls fn with the GIL; or, with no fn, keeps objs
+ * alive until it runs and then hands them to the release list. */
+typedef struct pytask {
+    PyObject *fn;
+    sw_queue *q; /* the queue it runs on, as an identity */
+    struct pytask *next; /* on the release list */
+    int nobjs;
+    PyObject *objs[4];
+} pytask;
+
+static pytask *pytask_new(PyObject *fn, PyObject *const *objs, int nobjs,
+                          sw_queue *q)
+{
+    pytask *t = PyMem_RawCalloc(1, sizeof *t);
+    if (t == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    t->fn = Py_XNewRef(fn);
+    t->q = q;
+    t->nobjs = nobjs;
+    for (int i = 0; i < nobjs; i++)
+        t->objs[i] = Py_NewRef(objs[i]);
+    return t;
+}
+
+/* With the GIL: drop the references and free the task. */
+static void pytask_free(pytask *t)
+{
+    Py_CLEAR(t->fn);
+    for (int i = 0; i < t->nobjs; i++)
+        Py_CLEAR(t->objs[i]);
+    PyMem_RawFree(t);
+}
+
+/* References handed over by finished keep-alive tasks. */
+static pthread_mutex_t release_mu = PTHREAD_MUTEX_INITIALIZER;
+static pytask *release_head; /* guarded by release_mu */
+static atomic_int release_nonempty;
+static atomic_int release_scheduled;
+
+/* With the GIL: drop the references on the release list. */
+static void drain_releases(void)
+{
+    while (atomic_load(&release_nonempty)) {
+        pthread_mutex_lock(&release_mu);
+        pytask *list = release_head;
+        release_head = NULL;
+        atomic_store(&release_nonempty, 0);
+        pthread_mutex_unlock(&release_mu);
+        while (list != NULL) {
+            pytask *t = list;
+            list = t->next;
+            pytask_free(t); /* may free Arrays: device frees, no waits */
+        }
+    }
+}
+
+/* A pending call: the main thread, with the GIL, between bytecodes. */
+static int drain_pending_call(void *arg)
+{
+    (void)arg;
+    atomic_store(&release_scheduled, 0);
+    drain_releases();
+    return 0;
+}
+
+/* Without the GIL: put t on the release list and make sure a drain comes
+ * soon.  Py_AddPendingCall may be called from any thread without the GIL;
+ * when its queue is full, the next queue call drains the list anyway. */
+static void release_later(pytask *t)
+{
+    pthread_mutex_lock(&release_mu);
+    t->next = release_head;
+    release_head = t;
+    atomic_store(&release_nonempty, 1);
+    pthread_mutex_unlock(&release_mu);
+    if (!atomic_exchange(&release_scheduled, 1) &&
+        Py_AddPendingCall(drain_pending_call, NULL) < 0)
+        atomic_store(&release_scheduled, 0);
+}
+
+/* On the queue's runner thread, without the GIL and without any spillway
+ * lock.  While the interpreter finalizes, the GIL cannot be had: the task's
+ * references are left (the atexit handler waits for tasks, so that this
+ * happens only to tasks queued during finalization). */
+static void pytask_run(void *arg)
+{
+    pytask *t = arg;
+    if (t->fn == NULL && Py_IsInitialized() && !py_finalizing()) {
+        release_later(t); /* the work before it is complete */
+    } else if (Py_IsInitialized() && !py_finalizing()) {
+        PyGILState_STATE g = PyGILState_Ensure();
+        sw_queue *outer = tl_task_queue;
+        tl_task_queue = t->q;
+        if (t->fn != NULL) {
+            PyObject *r = PyObject_CallNoArgs(t->fn);
+            if (r == NULL)
+                PyErr_WriteUnraisable(t->fn);
+            Py_XDECREF(r);
+        }
+        pytask_free(t);
+        tl_task_queue = outer;
+        PyGILState_Release(g);
+    } else {
+        PyMem_RawFree(t); /* its references are left: no GIL to be had */
+    }
+    pytasks_end();
+}
+
+static void noop_task(void *arg) { (void)arg; }
+
+/* Without the GIL: queue t on q; t belongs to the task once this
+ * succeeds. */
+static int pytask_submit(sw_queue *q, pytask *t, sw_event **ev)
+{
+    pytasks_begin();
+    int rc = sw_queue_host_task(q, pytask_run, t, ev);
+    if (rc != SW_OK)
+        pytasks_end();
+    return rc;
+}
+
+/* --- Event ------------------------------------------------------------- */
+
+/* An Event taking the reference ev (released on failure). */
+static PyObject *event_wrap(sw_state *st, sw_event *ev, sw_queue *origin,
+                            int host_task)
+{
+    EventObject *e = state_alive(st)
+                         ? PyObject_New(EventObject, st->event_type)
+                         : NULL;
+    if (e == NULL) {
+        NOGIL((void)sw_event_release(ev));
+        return NULL;
+    }
+    e->ev = ev;
+    e->origin = origin;
+    e->host_task = host_task;
+    live_events++;
+    return (PyObject *)e;
+}
+
+static void Event_dealloc(EventObject *e)
+{
+    PyTypeObject *tp = Py_TYPE(e);
+    sw_event *ev = e->ev;
+    e->ev = NULL;
+    if (ev != NULL)
+        NOGIL((void)sw_event_release(ev));
+    live_events--;
+    tp->tp_free((PyObject *)e);
+    Py_DECREF(tp);
+}
+
+static PyObject *Event_query(EventObject *e, PyObject *unused)
+{
+    int done = 0, rc;
+    NOGIL(rc = sw_event_query(e->ev, &done));
+    if (rc != SW_OK) {
+        sw_state *st = type_state(Py_TYPE(e));
+        return st ? raise_sw(st, rc) : NULL;
+    }
+    return PyBool_FromLong(done);
+}
+
+static PyObject *Event_wait(EventObject *e, PyObject *unused)
+{
+    int rc;
+    NOGIL(rc = sw_event_wait(e->ev));
+    if (rc != SW_OK) {
+        sw_state *st = type_state(Py_TYPE(e));
+        return st ? raise_sw(st, rc) : NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Event_repr(EventObject *e)
+{
+    int done = 0, rc;
+    NOGIL(rc = sw_event_query(e->ev, &done));
+    return PyUnicode_FromFormat("<spillway.Event%s, %s>",
+                                e->host_task ? " of a host task" : "",
+                                rc != SW_OK ? "failed"
+                                : done      ? "complete"
+                                            : "pending");
+}
+
+static PyObject *Event_get_is_host_task(EventObject *e, void *c)
+{
+    return PyBool_FromLong(e->host_task);
+}
+
+static PyMethodDef Event_methods[] = {
+    {"query", (PyCFunction)(void (*)(void))Event_query, METH_NOARGS,
+     "query()\n--\n\nTrue once the event has completed; never blocks.  "
+     "Raises DeviceError if the work before it failed."},
+    {"wait", (PyCFunction)(void (*)(void))Event_wait, METH_NOARGS,
+     "wait()\n--\n\nBlock until the event has completed (the GIL is "
+     "released meanwhile).  Raises DeviceError if the work before it "
+     "failed."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Event_getset[] = {
+    {"is_host_task", (getter)Event_get_is_host_task, NULL,
+     "True for the event of a host task (it completes when the task's "
+     "function has returned).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Event_slots[] = {
+    {Py_tp_doc, "An event on a queue (Queue.record_event(), "
+                "Queue.host_task()): it completes when the work submitted "
+                "before it has.  query() never blocks; wait() releases the "
+                "GIL."},
+    {Py_tp_dealloc, Event_dealloc},
+    {Py_tp_repr, Event_repr},
+    {Py_tp_methods, Event_methods},
+    {Py_tp_getset, Event_getset},
+    {0, NULL},
+};
+
+static PyType_Spec Event_spec = {
+    .name = "spillway.Event",
+    .basicsize = sizeof(EventObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Event_slots,
+};
+
+/* --- Queue ------------------------------------------------------------- */
+
+static int relieve_dead_managers(sw_state *st);
+
+/* A Queue on d taking the reference q (released on failure). */
+static PyObject *queue_wrap(sw_state *st, DeviceObject *d, sw_queue *q)
+{
+    QueueObject *o = state_alive(st)
+                         ? PyObject_GC_New(QueueObject, st->queue_type)
+                         : NULL;
+    if (o == NULL) {
+        NOGIL((void)sw_queue_release(q));
+        return NULL;
+    }
+    o->q = q;
+    o->device = (DeviceObject *)Py_NewRef(d);
+    o->weakreflist = NULL;
+    device_use(d);
+    live_queues++;
+    PyObject_GC_Track(o);
+    return (PyObject *)o;
+}
+
+static int queue_check_open(QueueObject *q)
+{
+    if (q->device->closed) {
+        PyErr_Format(PyExc_ValueError,
+                     "this queue's device %U is closed: the queue can no "
+                     "longer be used",
+                     q->device->name);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Queue_new(PyTypeObject *type, PyObject *args,
+                           PyObject *kwds)
+{
+    static char *kwlist[] = {"device", NULL};
+    PyObject *arg = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:Queue", kwlist, &arg))
+        return NULL;
+    sw_state *st = type_state(type);
+    if (st == NULL || !state_alive(st))
+        return NULL;
+    drain_releases();
+    int rc;
+    if (Py_IS_TYPE(arg, st->queue_type)) {
+        /* Another wrapper of the same queue. */
+        QueueObject *other = (QueueObject *)arg;
+        if (queue_check_open(other) < 0)
+            return NULL;
+        sw_queue *q = other->q;
+        NOGIL(rc = sw_queue_retain(q));
+        if (rc != SW_OK)
+            return raise_sw(st, rc);
+        return queue_wrap(st, other->device, q);
+    }
+    if (!absent(arg) && !PyUnicode_Check(arg) &&
+        !Py_IS_TYPE(arg, st->device_type)) {
+        PyErr_Format(PyExc_TypeError,
+                     "Queue() takes a spillway.Device, a device spec such as "
+                     "'sim:0', another Queue or None, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    DeviceObject *d = resolve_device(st, arg);
+    if (d == NULL)
+        return NULL;
+    sw_device *dev = d->dev;
+    sw_queue *q = NULL;
+    device_use(d);
+    NOGIL(rc = sw_queue_create(dev, &q));
+    if (rc == SW_ERR_OOM) {
+        /* Device memory is short, and this thread's managers of dead
+         * queues may be what holds it (a queue lives while its manager
+         * does, and each reserves memory).  Wait for their work, drop
+         * them, try once more. */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", sw_last_error());
+        int relieved = relieve_dead_managers(st);
+        if (relieved < 0) {
+            device_unuse(d);
+            Py_DECREF(d);
+            return NULL;
+        }
+        if (relieved > 0)
+            NOGIL(rc = sw_queue_create(dev, &q));
+        if (rc != SW_OK) {
+            device_unuse(d);
+            Py_DECREF(d);
+            return raise_sw_detail(st, rc, relieved ? sw_last_error() : msg);
+        }
+    }
+    device_unuse(d);
+    PyObject *r = rc == SW_OK ? queue_wrap(st, d, q) : raise_sw(st, rc);
+    Py_DECREF(d);
+    return r;
+}
+
+static int Queue_traverse(QueueObject *q, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(q));
+    Py_VISIT(q->device);
+    return 0;
+}
+
+/* Weak references first: their callbacks (an order manager map's among
+ * them) see the queue gone before its handle is released. */
+static void Queue_dealloc(QueueObject *q)
+{
+    PyTypeObject *tp = Py_TYPE(q);
+    PyObject_GC_UnTrack(q);
+    if (q->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)q);
+    sw_queue *h = q->q;
+    q->q = NULL;
+    if (h != NULL)
+        NOGIL((void)sw_queue_release(h)); /* never waits */
+    DeviceObject *d = q->device;
+    q->device = NULL;
+    if (d != NULL) {
+        device_unuse(d);
+        Py_DECREF(d);
+    }
+    live_queues--;
+    tp->tp_free((PyObject *)q);
+    Py_DECREF(tp);
+}
+
+static PyObject *Queue_repr(QueueObject *q)
+{
+    return PyUnicode_FromFormat("<spillway.Queue %p on %U%s>", (void *)q->q,
+                                q->device->name,
+                                q->device->closed ? " (closed)" : "");
+}
+
+static Py_hash_t Queue_hash(QueueObject *q) { return hash_pointer(q->q); }
+
+/* Equal: the same underlying sw_queue. */
+static PyObject *Queue_richcompare(QueueObject *q, PyObject *other, int op)
+{
+    if ((op != Py_EQ && op != Py_NE) || !Py_IS_TYPE(other, Py_TYPE(q)))
+        Py_RETURN_NOTIMPLEMENTED;
+    int eq = q->q == ((QueueObject *)other)->q;
+    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
+}
+
+static PyObject *Queue_get_device(QueueObject *q, void *c)
+{
+    return Py_NewRef(q->device);
+}
+
+static PyObject *Queue_record_event(QueueObject *q, PyObject *unused)
+{
+    sw_state *st = type_state(Py_TYPE(q));
+    if (st == NULL || queue_check_open(q) < 0)
+        return NULL;
+    sw_queue *h = q->q;
+    sw_event *ev = NULL;
+    int rc;
+    NOGIL(rc = sw_queue_record_event(h, &ev));
+    if (rc != SW_OK)
+        return raise_sw(st, rc);
+    return event_wrap(st, ev, h, 0);
+}
+
+static PyObject *Queue_host_task(QueueObject *q, PyObject *fn)
+{
+    sw_state *st = type_state(Py_TYPE(q));
+    if (st == NULL || queue_check_open(q) < 0)
+        return NULL;
+    if (!PyCallable_Check(fn)) {
+        PyErr_Format(PyExc_TypeError,
+                     "host_task() takes a callable, not %.100s",
+                     Py_TYPE(fn)->tp_name);
+        return NULL;
+    }
+    sw_queue *h = q->q;
+    pytask *t = pytask_new(fn, NULL, 0, h);
+    if (t == NULL)
+        return NULL;
+    sw_event *ev = NULL;
+    int rc;
+    NOGIL(rc = pytask_submit(h, t, &ev));
+    if (rc != SW_OK) {
+        pytask_free(t);
+        return raise_sw(st, rc);
+    }
+    return event_wrap(st, ev, h, 1);
+}
+
+/* Wait for the work and the host tasks submitted so far: a task that does
+ * nothing, queued last, completes after both (the runner runs a queue's
+ * tasks in order).  From inside one of this queue's own host tasks only
+ * the device work is waited for: the tasks would wait for themselves. */
+static PyObject *Queue_synchronize(QueueObject *q, PyObject *unused)
+{
+    sw_state *st = type_state(Py_TYPE(q));
+    if (st == NULL || queue_check_open(q) < 0)
+        return NULL;
+    sw_queue *h = q->q;
+    int rc;
+    if (tl_task_queue == h) {
+        NOGIL(rc = sw_queue_synchronize(h));
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        sw_event *ev = NULL;
+        rc = sw_queue_host_task(h, noop_task, NULL, &ev);
+        if (rc == SW_OK) {
+            rc = sw_event_wait(ev);
+            (void)sw_event_release(ev);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    if (rc != SW_OK)
+        return raise_sw(st, rc);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Queue_methods[] = {
+    {"record_event", (PyCFunction)(void (*)(void))Queue_record_event,
+     METH_NOARGS,
+     "record_event()\n--\n\nAn Event that completes when all work submitted "
+     "to this queue so far has."},
+    {"host_task", (PyCFunction)(void (*)(void))Queue_host_task, METH_O,
+     "host_task(fn)\n--\n\nRun fn() off the caller's thread once the work "
+     "submitted to this queue so far has completed; returns its Event "
+     "(complete when fn has returned).  fn runs with the GIL (taken on the "
+     "queue's host-task thread); an exception it raises is reported through "
+     "sys.unraisablehook."},
+    {"synchronize", (PyCFunction)(void (*)(void))Queue_synchronize,
+     METH_NOARGS,
+     "synchronize()\n--\n\nWait for the work and the host tasks submitted "
+     "to this queue so far (the GIL is released meanwhile)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Queue_getset[] = {
+    {"device", (getter)Queue_get_device, NULL, "The Device it runs on.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef Queue_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(QueueObject, weakreflist),
+     READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot Queue_slots[] = {
+    {Py_tp_doc, "Queue(device=None)\n--\n\n"
+                "An in-order stream of work on a device (a new one), or "
+                "Queue(q): another wrapper of the same queue as q, equal to "
+                "it with the same hash.  Operations take queue=; their "
+                "events are recorded in spillway.order_manager[queue]."},
+    {Py_tp_new, Queue_new},
+    {Py_tp_dealloc, Queue_dealloc},
+    {Py_tp_traverse, Queue_traverse},
+    {Py_tp_repr, Queue_repr},
+    {Py_tp_hash, Queue_hash},
+    {Py_tp_richcompare, Queue_richcompare},
+    {Py_tp_methods, Queue_methods},
+    {Py_tp_getset, Queue_getset},
+    {Py_tp_members, Queue_members},
+    {0, NULL},
+};
+
+static PyType_Spec Queue_spec = {
+    .name = "spillway.Queue",
+    .basicsize = sizeof(QueueObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Queue_slots,
+};
+
+/* --- SequentialOrderManager -------------------------------------------- */
+
+/* A manager of queue q (a reference of its own) on d, with no events. */
+static ManagerObject *manager_new(sw_state *st, sw_queue *q, DeviceObject *d)
+{
+    ManagerObject *m = state_alive(st) ? PyObject_GC_New(ManagerObject,
+                                                         st->manager_type)
+                                       : NULL;
+    if (m == NULL)
+        return NULL;
+    m->q = NULL;
+    m->device = NULL;
+    m->order = NULL;
+    m->foreign = NULL;
+    m->own = NULL;
+    m->weakreflist = NULL;
+    pthread_mutex_init(&m->mu, NULL);
+    live_managers++;
+    PyObject_GC_Track(m);
+    sw_order *o = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sw_queue_retain(q);
+    if (rc == SW_OK && (rc = sw_order_create(&o)) != SW_OK)
+        (void)sw_queue_release(q);
+    Py_END_ALLOW_THREADS
+    if (rc != SW_OK) {
+        raise_sw(st, rc);
+        Py_DECREF(m);
+        return NULL;
+    }
+    m->q = q;
+    m->order = o;
+    m->device = (DeviceObject *)Py_NewRef(d);
+    device_use(d);
+    return m;
+}
+
+static int Manager_traverse(ManagerObject *m, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(m));
+    Py_VISIT(m->device);
+    return 0;
+}
+
+/* Waits for nothing: the events are released, the queue handle too (its
+ * work goes on; the queue is destroyed once it is done). */
+static void Manager_dealloc(ManagerObject *m)
+{
+    PyTypeObject *tp = Py_TYPE(m);
+    PyObject_GC_UnTrack(m);
+    if (m->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)m);
+    sw_order *o = m->order, *f = m->foreign, *own = m->own;
+    sw_queue *q = m->q;
+    m->order = m->foreign = m->own = NULL;
+    m->q = NULL;
+    if (o != NULL || f != NULL || own != NULL || q != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        sw_order_destroy(o);
+        sw_order_destroy(f);
+        sw_order_destroy(own);
+        (void)sw_queue_release(q);
+        Py_END_ALLOW_THREADS
+    }
+    pthread_mutex_destroy(&m->mu);
+    DeviceObject *d = m->device;
+    m->device = NULL;
+    if (d != NULL) {
+        device_unuse(d);
+        Py_DECREF(d);
+    }
+    live_managers--;
+    tp->tp_free((PyObject *)m);
+    Py_DECREF(tp);
+}
+
+/* Without the GIL: whether every event of m has completed (never
+ * blocks). */
+static int manager_idle_nogil(ManagerObject *m)
+{
+    int idle = 0;
+    pthread_mutex_lock(&m->mu);
+    if (sw_order_idle(m->order, &idle) != SW_OK)
+        idle = 0;
+    pthread_mutex_unlock(&m->mu);
+    return idle;
+}
+
+/* With m->mu held: record one event.  Submitted events not of m's queue
+ * are also kept as foreign dependencies; host-task events of m's queue as
+ * its own (see manager_wait_nogil). */
+static int manager_add_locked(ManagerObject *m, sw_event *ev, int host_task,
+                              int of_q)
+{
+    int rc = sw_order_add(m->order, ev, host_task);
+    if (rc != SW_OK || host_task != of_q)
+        return rc;
+    sw_order **sub = host_task ? &m->own : &m->foreign;
+    if (*sub == NULL && (rc = sw_order_create(sub)) != SW_OK)
+        return rc;
+    return sw_order_add(*sub, ev, 0);
+}
+
+/* Without the GIL: record events (retained by the order). */
+static int manager_add_nogil(ManagerObject *m, EventObject *const *evs,
+                             size_t n, int host_task)
+{
+    int rc = SW_OK;
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < n && rc == SW_OK; i++)
+        rc = manager_add_locked(m, evs[i]->ev, host_task,
+                                evs[i]->origin == m->q);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+/* With m->mu held: whether ev is in sub (a pointer search; sub is small:
+ * it holds pending events only). */
+static int order_has(sw_order *sub, sw_event *ev)
+{
+    sw_event *e;
+    for (size_t j = 0; sub != NULL && (e = sw_order_event(sub, 0, j)); j++)
+        if (e == ev)
+            return 1;
+    return 0;
+}
+
+/* Without the GIL: wait (on the host) for the foreign dependencies of new
+ * work.  Events are retained under the lock and waited for without it. */
+static int manager_wait_foreign_nogil(ManagerObject *m)
+{
+    sw_event *stack[8], **evs = stack;
+    size_t n = 0, nh = 0;
+    int rc = SW_OK;
+    pthread_mutex_lock(&m->mu);
+    if (m->foreign != NULL &&
+        (rc = sw_order_counts(m->foreign, &n, &nh)) == SW_OK && n > 0) {
+        if (n > 8 && (evs = malloc(n * sizeof *evs)) == NULL) {
+            rc = SWPY_NOMEM;
+            n = 0;
+        }
+        for (size_t i = 0; i < n; i++) {
+            evs[i] = sw_order_event(m->foreign, 0, i);
+            (void)sw_event_retain(evs[i]);
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    for (size_t i = 0; i < n; i++) {
+        int r = sw_event_wait(evs[i]);
+        if (rc == SW_OK)
+            rc = r;
+        (void)sw_event_release(evs[i]);
+    }
+    if (evs != stack)
+        free(evs);
+    return rc;
+}
+
+/* Without the GIL: wait for every event recorded so far, then forget them.
+ * The records are swapped for empty ones under the lock and waited for
+ * without it, so that a host task may use the manager meanwhile.
+ *
+ * in_task: the caller is one of the queue's own host tasks.  The queue's
+ * host tasks run one at a time, in order, so those it recorded are either
+ * complete or queued behind the caller, unable to run until it returns:
+ * waiting for them would never end.  Everything else is waited for then,
+ * and nothing is forgotten (completed events are pruned as usual). */
+static int manager_wait_nogil(ManagerObject *m, int in_task)
+{
+    if (in_task) {
+        sw_event **evs = NULL;
+        size_t n = 0, cap = 0;
+        int rc = SW_OK;
+        pthread_mutex_lock(&m->mu);
+        size_t counts[2] = {0, 0};
+        (void)sw_order_counts(m->order, &counts[0], &counts[1]);
+        cap = counts[0] + counts[1];
+        if (cap > 0 && (evs = malloc(cap * sizeof *evs)) == NULL)
+            rc = SWPY_NOMEM;
+        for (int k = 0; k < 2 && evs != NULL; k++) {
+            for (size_t i = 0; i < counts[k]; i++) {
+                sw_event *ev = sw_order_event(m->order, k, i);
+                if (k == 1 && order_has(m->own, ev))
+                    continue;
+                (void)sw_event_retain(ev);
+                evs[n++] = ev;
+            }
+        }
+        pthread_mutex_unlock(&m->mu);
+        for (size_t i = 0; i < n; i++) {
+            int r = sw_event_wait(evs[i]);
+            if (rc == SW_OK)
+                rc = r;
+            (void)sw_event_release(evs[i]);
+        }
+        free(evs);
+        return rc;
+    }
+    sw_order *fresh = NULL;
+    int rc = sw_order_create(&fresh);
+    if (rc != SW_OK)
+        return rc;
+    pthread_mutex_lock(&m->mu);
+    sw_order *old = m->order, *oldf = m->foreign, *oldown = m->own;
+    m->order = fresh;
+    m->foreign = m->own = NULL;
+    pthread_mutex_unlock(&m->mu);
+    rc = sw_order_wait(old);
+    sw_order_destroy(old);
+    sw_order_destroy(oldf);
+    sw_order_destroy(oldown);
+    return rc;
+}
+
+/* Event (or sequence of Events) argument -> a new array of borrowed
+ * EventObject pointers (kept alive by *seq), *n of them. */
+static int events_arg(sw_state *st, PyObject *obj, const char *fname,
+                      const char *what, PyObject **seq, EventObject ***out,
+                      Py_ssize_t *n)
+{
+    *seq = NULL;
+    *out = NULL;
+    *n = 0;
+    if (Py_IS_TYPE(obj, st->event_type)) {
+        *seq = PyTuple_Pack(1, obj);
+    } else if (PyList_Check(obj) || PyTuple_Check(obj) ||
+               (PySequence_Check(obj) && !PyUnicode_Check(obj) &&
+                !PyBytes_Check(obj))) {
+        *seq = PySequence_Fast(obj, "");
+    } else {
+        PyErr_Format(PyExc_TypeError,
+                     "%s(): %s must be a spillway.Event or a sequence of "
+                     "them, not %.100s",
+                     fname, what, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    if (*seq == NULL)
+        return -1;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(*seq);
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(*seq, i);
+        if (!Py_IS_TYPE(item, st->event_type)) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s(): %s must be spillway.Events, not %.100s",
+                         fname, what, Py_TYPE(item)->tp_name);
+            Py_CLEAR(*seq);
+            return -1;
+        }
+    }
+    *out = (EventObject **)PySequence_Fast_ITEMS(*seq);
+    *n = len;
+    return 0;
+}
+
+static PyObject *Manager_add_event_pair(ManagerObject *m, PyObject *args)
+{
+    PyObject *hobj, *cobj;
+    if (!PyArg_ParseTuple(args, "OO:add_event_pair", &hobj, &cobj))
+        return NULL;
+    sw_state *st = type_state(Py_TYPE(m));
+    if (st == NULL)
+        return NULL;
+    PyObject *hseq, *cseq;
+    EventObject **h, **c;
+    Py_ssize_t nh, nc;
+    if (events_arg(st, hobj, "add_event_pair", "host_task_events", &hseq, &h,
+                   &nh) < 0)
+        return NULL;
+    if (events_arg(st, cobj, "add_event_pair", "computation_events", &cseq,
+                   &c, &nc) < 0) {
+        Py_DECREF(hseq);
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = manager_add_nogil(m, h, (size_t)nh, 1);
+    if (rc == SW_OK)
+        rc = manager_add_nogil(m, c, (size_t)nc, 0);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(hseq);
+    Py_DECREF(cseq);
+    if (rc != SW_OK)
+        return raise_rc(st, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Manager_add_event(ManagerObject *m, PyObject *ev)
+{
+    sw_state *st = type_state(Py_TYPE(m));
+    if (st == NULL)
+        return NULL;
+    if (!Py_IS_TYPE(ev, st->event_type)) {
+        PyErr_Format(PyExc_TypeError,
+                     "add_event() takes a spillway.Event, not %.100s",
+                     Py_TYPE(ev)->tp_name);
+        return NULL;
+    }
+    EventObject *e = (EventObject *)ev;
+    int rc;
+    NOGIL(rc = manager_add_nogil(m, &e, 1, 0));
+    if (rc != SW_OK)
+        return raise_rc(st, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Manager_wait(ManagerObject *m, PyObject *unused)
+{
+    int rc, in_task = tl_task_queue == m->q;
+    NOGIL(rc = manager_wait_nogil(m, in_task));
+    drain_releases(); /* what the finished work held goes now */
+    if (rc != SW_OK) {
+        sw_state *st = type_state(Py_TYPE(m));
+        return st ? raise_rc(st, rc) : NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* A new manager of the same queue with the same events, in no map. */
+static PyObject *Manager_copy(ManagerObject *m, PyObject *unused)
+{
+    sw_state *st = type_state(Py_TYPE(m));
+    if (st == NULL)
+        return NULL;
+    ManagerObject *c = manager_new(st, m->q, m->device);
+    if (c == NULL)
+        return NULL;
+    int rc = SW_OK;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&m->mu);
+    for (int k = 0; k < 2 && rc == SW_OK; k++) {
+        sw_event *ev;
+        for (size_t i = 0; rc == SW_OK &&
+                           (ev = sw_order_event(m->order, k, i)) != NULL;
+             i++)
+            rc = manager_add_locked(c, ev, k,
+                                    k ? order_has(m->own, ev)
+                                      : !order_has(m->foreign, ev));
+    }
+    pthread_mutex_unlock(&m->mu);
+    Py_END_ALLOW_THREADS
+    if (rc != SW_OK) {
+        Py_DECREF(c);
+        return raise_sw(st, rc);
+    }
+    return (PyObject *)c;
+}
+
+/* The pending events of one kind, as new Event objects. */
+static PyObject *manager_events(ManagerObject *m, int host_task)
+{
+    sw_state *st = type_state(Py_TYPE(m));
+    if (st == NULL)
+        return NULL;
+    sw_event **evs = NULL;
+    unsigned char *foreign = NULL; /* of another queue (or unknown) */
+    size_t n = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&m->mu);
+    size_t counts[2] = {0, 0};
+    rc = sw_order_counts(m->order, &counts[0], &counts[1]);
+    n = rc == SW_OK ? counts[host_task] : 0;
+    if (n > 0 && ((evs = malloc(n * sizeof *evs)) == NULL ||
+                  (foreign = calloc(n, 1)) == NULL)) {
+        rc = SWPY_NOMEM;
+        n = 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        evs[i] = sw_order_event(m->order, host_task, i);
+        (void)sw_event_retain(evs[i]);
+        foreign[i] = (unsigned char)(host_task ? !order_has(m->own, evs[i])
+                                               : order_has(m->foreign,
+                                                           evs[i]));
+    }
+    pthread_mutex_unlock(&m->mu);
+    Py_END_ALLOW_THREADS
+    PyObject *list = rc == SW_OK ? PyList_New((Py_ssize_t)n) : NULL;
+    size_t i = 0;
+    for (; list != NULL && i < n; i++) {
+        PyObject *e = event_wrap(st, evs[i], foreign[i] ? NULL : m->q,
+                                 host_task);
+        if (e == NULL) {
+            Py_CLEAR(list);
+            i++;
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, e);
+    }
+    for (; i < n; i++) /* not handed to an Event */
+        NOGIL((void)sw_event_release(evs[i]));
+    free(evs);
+    free(foreign);
+    if (rc != SW_OK)
+        return raise_rc(st, rc);
+    return list;
+}
+
+static PyObject *Manager_get_submitted_events(ManagerObject *m, void *c)
+{
+    return manager_events(m, 0);
+}
+
+static PyObject *Manager_get_host_task_events(ManagerObject *m, void *c)
+{
+    return manager_events(m, 1);
+}
+
+static PyObject *manager_count(ManagerObject *m, int host_task)
+{
+    size_t counts[2] = {0, 0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&m->mu);
+    rc = sw_order_counts(m->order, &counts[0], &counts[1]);
+    pthread_mutex_unlock(&m->mu);
+    Py_END_ALLOW_THREADS
+    if (rc != SW_OK) {
+        sw_state *st = type_state(Py_TYPE(m));
+        return st ? raise_sw(st, rc) : NULL;
+    }
+    return PyLong_FromSize_t(counts[host_task]);
+}
+
+static PyObject *Manager_get_num_submitted_events(ManagerObject *m, void *c)
+{
+    return manager_count(m, 0);
+}
+
+static PyObject *Manager_get_num_host_task_events(ManagerObject *m, void *c)
+{
+    return manager_count(m, 1);
+}
+
+static PyObject *Manager_repr(ManagerObject *m)
+{
+    size_t counts[2] = {0, 0};
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&m->mu);
+    (void)sw_order_counts(m->order, &counts[0], &counts[1]);
+    pthread_mutex_unlock(&m->mu);
+    Py_END_ALLOW_THREADS
+    return PyUnicode_FromFormat(
+        "<spillway.SequentialOrderManager of queue %p on %U: %zu submitted, "
+        "%zu host-task event(s) pending>",
+        (void *)m->q, m->device->name, counts[0], counts[1]);
+}
+
+static PyMethodDef Manager_methods[] = {
+    {"add_event_pair", (PyCFunction)(void (*)(void))Manager_add_event_pair,
+     METH_VARARGS,
+     "add_event_pair(host_task_events, computation_events)\n--\n\n"
+     "Record host-task events and computation (submitted) events: each an "
+     "Event or a sequence of Events.  New work on the queue is ordered "
+     "after the computation events; wait() waits for both."},
+    {"add_event", (PyCFunction)(void (*)(void))Manager_add_event, METH_O,
+     "add_event(ev)\n--\n\nRecord a computation (submitted) event: new work "
+     "on the queue is ordered after it (an event of another queue is waited "
+     "for on the host, without the GIL, before the work is submitted)."},
+    {"wait", (PyCFunction)(void (*)(void))Manager_wait, METH_NOARGS,
+     "wait()\n--\n\nWait for every recorded event (releasing the GIL), then "
+     "forget them."},
+    {"__copy__", (PyCFunction)(void (*)(void))Manager_copy, METH_NOARGS,
+     "__copy__()\n--\n\nA new manager of the same queue holding the same "
+     "events (in no map)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Manager_getset[] = {
+    {"submitted_events", (getter)Manager_get_submitted_events, NULL,
+     "The computation events not yet complete, a list of Events.", NULL},
+    {"host_task_events", (getter)Manager_get_host_task_events, NULL,
+     "The host-task events not yet complete, a list of Events.", NULL},
+    {"num_submitted_events", (getter)Manager_get_num_submitted_events, NULL,
+     "How many computation events are not yet complete (completed ones are "
+     "pruned; never blocks).", NULL},
+    {"num_host_task_events", (getter)Manager_get_num_host_task_events, NULL,
+     "How many host-task events are not yet complete.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef Manager_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(ManagerObject, weakreflist),
+     READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot Manager_slots[] = {
+    {Py_tp_doc, "The record of one queue's submitted work and host tasks "
+                "(spillway.order_manager[queue]): operations with queue= "
+                "are ordered after its computation events and record "
+                "theirs in it."},
+    {Py_tp_dealloc, Manager_dealloc},
+    {Py_tp_traverse, Manager_traverse},
+    {Py_tp_repr, Manager_repr},
+    {Py_tp_methods, Manager_methods},
+    {Py_tp_getset, Manager_getset},
+    {Py_tp_members, Manager_members},
+    {0, NULL},
+};
+
+static PyType_Spec Manager_spec = {
+    .name = "spillway.SequentialOrderManager",
+    .basicsize = sizeof(ManagerObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Manager_slots,
+};
+
+/* --- The per-thread map ------------------------------------------------ */
+
+/* The weak reference's callback: the key Queue is gone.  Any thread, with
+ * the GIL; never waits, never allocates. */
+static PyObject *Entry_call(EntryObject *e, PyObject *args, PyObject *kwds)
+{
+    e->dead = 1;
+    MapObject *m = e->map;
+    if (m != NULL && !e->on_list) {
+        e->on_list = 1;
+        e->dead_next = m->dead;
+        m->dead = e;
+    }
+    Py_RETURN_NONE;
+}
+
+static int Entry_traverse(EntryObject *e, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(e));
+    Py_VISIT(e->mgr);
+    Py_VISIT(e->wr);
+    return 0;
+}
+
+/* Only for an entry already out of its map (in a map it is reachable). */
+static int Entry_clear(EntryObject *e)
+{
+    e->map = NULL;
+    Py_CLEAR(e->wr);
+    Py_CLEAR(e->mgr);
+    return 0;
+}
+
+static void Entry_dealloc(EntryObject *e)
+{
+    PyTypeObject *tp = Py_TYPE(e);
+    PyObject_GC_UnTrack(e);
+    (void)Entry_clear(e);
+    tp->tp_free((PyObject *)e);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot Entry_slots[] = {
+    {Py_tp_doc, "An entry of spillway.order_manager (internal)."},
+    {Py_tp_call, Entry_call},
+    {Py_tp_dealloc, Entry_dealloc},
+    {Py_tp_traverse, Entry_traverse},
+    {Py_tp_clear, Entry_clear},
+    {0, NULL},
+};
+
+static PyType_Spec Entry_spec = {
+    .name = "spillway._OrderEntry",
+    .basicsize = sizeof(EntryObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Entry_slots,
+};
+
+static size_t map_home(const MapObject *m, const sw_queue *k)
+{
+    uint64_t h = (uint64_t)(uintptr_t)k * UINT64_C(0x9E3779B97F4A7C15);
+    return (size_t)(h >> 40) & (m->cap - 1);
+}
+
+static EntryObject *map_find(const MapObject *m, const sw_queue *k)
+{
+    if (m->cap == 0)
+        return NULL;
+    for (size_t i = map_home(m, k);; i = (i + 1) & (m->cap - 1)) {
+        EntryObject *e = m->slots[i];
+        if (e == NULL || e->key == k)
+            return e;
+    }
+}
+
+static void map_place(MapObject *m, EntryObject *e)
+{
+    size_t i = map_home(m, e->key);
+    while (m->slots[i] != NULL)
+        i = (i + 1) & (m->cap - 1);
+    m->slots[i] = e;
+}
+
+/* Insert e (taking the caller's reference); -1 without an exception when
+ * no memory.  No Python code runs here. */
+static int map_insert(MapObject *m, EntryObject *e)
+{
+    if ((m->n + 1) * 2 > m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 8;
+        EntryObject **old = m->slots;
+        size_t oldcap = m->cap;
+        EntryObject **slots = PyMem_Calloc(cap, sizeof *slots);
+        if (slots == NULL)
+            return -1;
+        m->slots = slots;
+        m->cap = cap;
+        for (size_t i = 0; i < oldcap; i++)
+            if (old[i] != NULL)
+                map_place(m, old[i]);
+        PyMem_Free(old);
+    }
+    map_place(m, e);
+    m->n++;
+    return 0;
+}
+
+/* Take e out of the table (the caller takes over the table's reference).
+ * Backward-shift deletion keeps every probe chain unbroken. */
+static void map_remove(MapObject *m, EntryObject *e)
+{
+    size_t mask = m->cap - 1, i = map_home(m, e->key);
+    while (m->slots[i] != e)
+        i = (i + 1) & mask;
+    m->slots[i] = NULL;
+    m->n--;
+    for (size_t j = (i + 1) & mask; m->slots[j] != NULL; j = (j + 1) & mask) {
+        EntryObject *x = m->slots[j];
+        size_t home = map_home(m, x->key);
+        /* x may move into the hole unless its home lies after the hole. */
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            m->slots[i] = x;
+            m->slots[j] = NULL;
+            i = j;
+        }
+    }
+}
+
+/* Take every entry out of m and drop them, waiting for nothing.  First
+ * detach them all (so that no callback links them any more, and no weak
+ * reference calls back) without releasing the GIL; only then drop the
+ * managers, whose deallocation releases it. */
+static void map_drop_all(MapObject *m)
+{
+    EntryObject **slots = m->slots;
+    size_t cap = m->cap;
+    m->slots = NULL;
+    m->cap = m->n = 0;
+    m->dead = NULL;
+    for (size_t i = 0; i < cap; i++) {
+        EntryObject *e = slots[i];
+        if (e == NULL)
+            continue;
+        e->map = NULL;
+        e->on_list = 0;
+        e->dead_next = NULL;
+        Py_CLEAR(e->wr);
+    }
+    for (size_t i = 0; i < cap; i++)
+        Py_XDECREF(slots[i]);
+    PyMem_Free(slots);
+}
+
+/* Drop the entries whose key died, whose manager is idle and referred to
+ * by nothing but the entry.  Never waits: idleness is a query of each
+ * event.  Entries still busy stay on the dead list. */
+static void map_prune(MapObject *m)
+{
+    EntryObject *list = m->dead;
+    m->dead = NULL;
+    int any = 0;
+    for (EntryObject *e = list; e != NULL; e = e->dead_next) {
+        e->idle = e->dead && Py_REFCNT(e->mgr) == 1;
+        any |= e->idle;
+    }
+    if (any) {
+        /* Only this thread changes the table and these entries' fields
+         * but `dead` (which a callback can only set, for a re-keyed entry
+         * whose new key died: it is kept then, and seen next time). */
+        Py_BEGIN_ALLOW_THREADS
+        for (EntryObject *e = list; e != NULL; e = e->dead_next)
+            if (e->idle)
+                e->idle = (unsigned char)manager_idle_nogil(e->mgr);
+        Py_END_ALLOW_THREADS
+    }
+    EntryObject *drop = NULL;
+    while (list != NULL) {
+        EntryObject *e = list;
+        list = e->dead_next;
+        e->dead_next = NULL;
+        if (!e->dead) { /* taken over by an equal queue meanwhile */
+            e->on_list = 0;
+        } else if (e->idle && Py_REFCNT(e->mgr) == 1) {
+            map_remove(m, e);
+            e->on_list = 0;
+            e->map = NULL;
+            e->dead_next = drop;
+            drop = e;
+        } else {
+            e->dead_next = m->dead;
+            m->dead = e;
+        }
+    }
+    /* The table is consistent: now deallocation may run (and release the
+     * GIL). */
+    while (drop != NULL) {
+        EntryObject *e = drop;
+        drop = e->dead_next;
+        e->dead_next = NULL;
+        Py_CLEAR(e->wr);
+        Py_DECREF(e);
+    }
+}
+
+/* An entry out of any map, with its weak reference broken. */
+static void entry_discard(EntryObject *e)
+{
+    e->map = NULL;
+    Py_CLEAR(e->wr);
+    Py_DECREF(e);
+}
+
+/* The manager of q in map m (a borrowed reference: the map holds it).
+ * Allocations can run the garbage collector and so arbitrary code, which
+ * could look up (or clear) this very map: the table is searched again
+ * after each of them, and nothing found before is trusted. */
+static ManagerObject *map_get(sw_state *st, MapObject *m, QueueObject *q)
+{
+    if (m->dead != NULL)
+        map_prune(m);
+    for (int tries = 0; tries < 100; tries++) {
+        EntryObject *e = map_find(m, q->q);
+        if (e != NULL && !e->dead)
+            return e->mgr;
+        if (e != NULL) {
+            /* The key died; the manager stayed (work pending, or referred
+             * to elsewhere): this equal queue takes it over. */
+            Py_INCREF(e);
+            PyObject *wr = PyWeakref_NewRef((PyObject *)q, (PyObject *)e);
+            if (wr == NULL) {
+                Py_DECREF(e);
+                return NULL;
+            }
+            if (map_find(m, q->q) == e && e->dead) {
+                PyObject *old = e->wr;
+                e->wr = wr;
+                e->dead = 0; /* stays linked until the next prune */
+                Py_XDECREF(old);
+                ManagerObject *mgr = e->mgr;
+                Py_DECREF(e);
+                return mgr;
+            }
+            Py_DECREF(wr);
+            Py_DECREF(e);
+            continue;
+        }
+        ManagerObject *mgr = manager_new(st, q->q, q->device);
+        if (mgr == NULL)
+            return NULL;
+        EntryObject *ne = PyObject_GC_New(EntryObject, st->entry_type);
+        if (ne == NULL) {
+            Py_DECREF(mgr);
+            return NULL;
+        }
+        ne->key = q->q;
+        ne->mgr = mgr;
+        ne->wr = NULL;
+        ne->map = m;
+        ne->dead_next = NULL;
+        ne->dead = ne->on_list = ne->idle = 0;
+        PyObject_GC_Track(ne);
+        ne->wr = PyWeakref_NewRef((PyObject *)q, (PyObject *)ne);
+        if (ne->wr == NULL) {
+            entry_discard(ne);
+            return NULL;
+        }
+        if (map_find(m, q->q) != NULL) {
+            entry_discard(ne);
+            continue;
+        }
+        if (map_insert(m, ne) < 0) {
+            entry_discard(ne);
+            PyErr_NoMemory();
+            return NULL;
+        }
+        return mgr;
+    }
+    PyErr_SetString(PyExc_RuntimeError,
+                    "spillway.order_manager: the map kept changing during a "
+                    "lookup");
+    return NULL;
+}
+
+static int Map_traverse(MapObject *m, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(m));
+    for (size_t i = 0; i < m->cap; i++)
+        Py_VISIT(m->slots[i]);
+    return 0;
+}
+
+static int Map_clear(MapObject *m)
+{
+    map_drop_all(m);
+    return 0;
+}
+
+/* At thread exit (the thread state's dict is cleared): the managers are
+ * dropped without waiting. */
+static void Map_dealloc(MapObject *m)
+{
+    PyTypeObject *tp = Py_TYPE(m);
+    PyObject_GC_UnTrack(m);
+    map_drop_all(m);
+    tp->tp_free((PyObject *)m);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot Map_slots[] = {
+    {Py_tp_doc, "One thread's order managers (internal)."},
+    {Py_tp_dealloc, Map_dealloc},
+    {Py_tp_traverse, Map_traverse},
+    {Py_tp_clear, Map_clear},
+    {0, NULL},
+};
+
+static PyType_Spec Map_spec = {
+    .name = "spillway._OrderMap",
+    .basicsize = sizeof(MapObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Map_slots,
+};
+
+/* This thread's map (borrowed: the thread state's dict holds it, under the
+ * key `om`, spillway.order_manager itself).  NULL without an exception
+ * when there is none and create is 0. */
+static MapObject *thread_map(sw_state *st, PyObject *om, int create)
+{
+    PyObject *d = PyThreadState_GetDict();
+    if (d == NULL) {
+        if (create && !PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError,
+                            "spillway.order_manager: this thread has no "
+                            "thread state dictionary");
+        return NULL;
+    }
+    PyObject *m = PyDict_GetItemWithError(d, om);
+    if (m != NULL || PyErr_Occurred() || !create)
+        return (MapObject *)m;
+    MapObject *nm = PyObject_GC_New(MapObject, st->map_type);
+    if (nm == NULL)
+        return NULL;
+    nm->slots = NULL;
+    nm->cap = nm->n = 0;
+    nm->dead = NULL;
+    PyObject_GC_Track(nm);
+    int r = PyDict_SetItem(d, om, (PyObject *)nm);
+    Py_DECREF(nm);
+    if (r < 0)
+        return NULL;
+    /* Borrowed from the dict (looked up again: a collection during
+     * SetItem could have changed it). */
+    m = PyDict_GetItemWithError(d, om);
+    if (m == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError,
+                        "spillway.order_manager: this thread's map vanished");
+    return (MapObject *)m;
+}
+
+/* The manager of queue q for this thread: a new reference. */
+static ManagerObject *manager_of(sw_state *st, QueueObject *q)
+{
+    if (!state_alive(st))
+        return NULL;
+    drain_releases();
+    MapObject *m = thread_map(st, st->order_manager, 1);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(m);
+    ManagerObject *mgr = map_get(st, m, q);
+    Py_XINCREF(mgr);
+    Py_DECREF(m);
+    return mgr;
+}
+
+/* Under memory pressure (Queue() could not get device memory): wait,
+ * without the GIL, for the work recorded by this thread's managers of dead
+ * queues, then drop those that nothing else refers to.  Returns how many
+ * were dropped, or -1 with an exception set.  Never called from a lookup
+ * or a weak reference's callback, which must not wait. */
+static int relieve_dead_managers(sw_state *st)
+{
+    if (!state_alive(st))
+        return -1;
+    MapObject *m = thread_map(st, st->order_manager, 0);
+    if (m == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    Py_INCREF(m);
+    size_t n = 0, before = m->n;
+    ManagerObject **dead = m->cap ? PyMem_Calloc(m->cap, sizeof *dead)
+                                  : NULL;
+    if (m->cap && dead == NULL) {
+        Py_DECREF(m);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+        EntryObject *e = m->slots[i];
+        if (e != NULL && e->dead)
+            dead[n++] = (ManagerObject *)Py_NewRef(e->mgr);
+    }
+    sw_queue *in_task = tl_task_queue;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = 0; i < n; i++)
+        (void)manager_wait_nogil(dead[i], dead[i]->q == in_task);
+    Py_END_ALLOW_THREADS
+    for (size_t i = 0; i < n; i++)
+        Py_DECREF(dead[i]);
+    PyMem_Free(dead);
+    drain_releases();
+    if (m->dead != NULL)
+        map_prune(m);
+    size_t dropped = before > m->n ? before - m->n : 0;
+    Py_DECREF(m);
+    return (int)(dropped > INT_MAX ? INT_MAX : dropped);
+}
+
+/* --- spillway.order_manager -------------------------------------------- */
+
+static PyObject *OMap_subscript(PyObject *self, PyObject *key)
+{
+    sw_state *st = type_state(Py_TYPE(self));
+    if (st == NULL)
+        return NULL;
+    if (!Py_IS_TYPE(key, st->queue_type)) {
+        PyErr_Format(PyExc_TypeError,
+                     "spillway.order_manager keys are spillway.Queue "
+                     "objects, not %.100s",
+                     Py_TYPE(key)->tp_name);
+        return NULL;
+    }
+    return (PyObject *)manager_of(st, (QueueObject *)key);
+}
+
+static Py_ssize_t OMap_length(PyObject *self)
+{
+    sw_state *st = type_state(Py_TYPE(self));
+    if (st == NULL)
+        return -1;
+    MapObject *m = thread_map(st, self, 0);
+    if (m == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    return (Py_ssize_t)m->n;
+}
+
+static int OMap_contains(PyObject *self, PyObject *key)
+{
+    sw_state *st = type_state(Py_TYPE(self));
+    if (st == NULL)
+        return -1;
+    if (!Py_IS_TYPE(key, st->queue_type))
+        return 0;
+    MapObject *m = thread_map(st, self, 0);
+    if (m == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    return map_find(m, ((QueueObject *)key)->q) != NULL;
+}
+
+/* Wait for every manager of this thread, then drop them all.  The entries
+ * are taken out of the map first, so that the map is empty (and usable)
+ * while this thread waits without the GIL. */
+static PyObject *OMap_clear(PyObject *self, PyObject *unused)
+{
+    sw_state *st = type_state(Py_TYPE(self));
+    if (st == NULL)
+        return NULL;
+    MapObject *m = thread_map(st, self, 0);
+    if (m == NULL)
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    EntryObject **slots = m->slots;
+    size_t cap = m->cap;
+    m->slots = NULL;
+    m->cap = m->n = 0;
+    m->dead = NULL;
+    for (size_t i = 0; i < cap; i++) {
+        EntryObject *e = slots[i];
+        if (e != NULL) {
+            e->map = NULL;
+            e->on_list = 0;
+            e->dead_next = NULL;
+        }
+    }
+    int rc = SW_OK;
+    sw_queue *in_task = tl_task_queue;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = 0; i < cap; i++) {
+        if (slots[i] == NULL)
+            continue;
+        int r = manager_wait_nogil(slots[i]->mgr,
+                                   slots[i]->mgr->q == in_task);
+        if (rc == SW_OK)
+            rc = r;
+    }
+    Py_END_ALLOW_THREADS
+    for (size_t i = 0; i < cap; i++)
+        if (slots[i] != NULL)
+            Py_CLEAR(slots[i]->wr);
+    for (size_t i = 0; i < cap; i++)
+        Py_XDECREF(slots[i]);
+    PyMem_Free(slots);
+    drain_releases();
+    if (rc != SW_OK)
+        return raise_rc(st, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *OMap_repr(PyObject *self)
+{
+    Py_ssize_t n = OMap_length(self);
+    if (n < 0)
+        return NULL;
+    return PyUnicode_FromFormat(
+        "<spillway.order_manager: %zd manager(s) in this thread>", n);
+}
+
+static int OMap_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static void OMap_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef OMap_methods[] = {
+    {"clear", (PyCFunction)(void (*)(void))OMap_clear, METH_NOARGS,
+     "clear()\n--\n\nWait for every order manager of this thread (releasing "
+     "the GIL), then drop them all."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot OMap_slots[] = {
+    {Py_tp_doc, "spillway.order_manager: order_manager[queue] is this "
+                "thread's SequentialOrderManager of the queue.  The map is "
+                "per thread and holds queues by weak reference: the manager "
+                "of a queue that is gone is dropped at a later lookup once "
+                "its work has completed; until then an equal queue gets it. "
+                " len() counts this thread's managers."},
+    {Py_tp_dealloc, OMap_dealloc},
+    {Py_tp_traverse, OMap_traverse},
+    {Py_tp_repr, OMap_repr},
+    {Py_tp_methods, OMap_methods},
+    {Py_mp_subscript, OMap_subscript},
+    {Py_mp_length, OMap_length},
+    {Py_sq_contains, OMap_contains},
+    {0, NULL},
+};
+
+static PyType_Spec OMap_spec = {
+    .name = "spillway.OrderManagerMap",
+    .basicsize = sizeof(OMapObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = OMap_slots,
+};
+
+/* --- Operations on a queue --------------------------------------------- */
+
+enum { OP_FILL, OP_ADD, OP_SCALE, OP_AXPY };
+
+typedef struct {
+    int kind;
+    sw_buffer *out, *a, *b; /* AXPY: out is y, a is x */
+    sw_scalar s;
+    sw_dtype dtype;
+    size_t n;
+} op_desc;
+
+/* Without the GIL.  q NULL: the device's default queue. */
+static int op_submit(sw_queue *q, const op_desc *op)
+{
+    switch (op->kind) {
+    case OP_FILL:
+        return q ? sw_op_fill_q(q, op->out, op->dtype, op->n, op->s)
+                 : sw_op_fill(op->out, op->dtype, op->n, op->s);
+    case OP_ADD:
+        return q ? sw_op_add_q(q, op->out, op->a, op->b, op->dtype, op->n)
+                 : sw_op_add(op->out, op->a, op->b, op->dtype, op->n);
+    case OP_SCALE:
+        return q ? sw_op_scale_q(q, op->out, op->a, op->s, op->dtype, op->n)
+                 : sw_op_scale(op->out, op->a, op->s, op->dtype, op->n);
+    default:
+        return q ? sw_op_axpy_q(q, op->s, op->a, op->out, op->dtype, op->n)
+                 : sw_op_axpy(op->s, op->a, op->out, op->dtype, op->n);
+    }
+}
+
+/* queue= argument: *out is NULL (absent or None: the default queue) or the
+ * Queue, which must be on device d. */
+static int queue_arg(sw_state *st, PyObject *o, DeviceObject *d,
+                     const char *fname, QueueObject **out)
+{
+    *out = NULL;
+    if (absent(o))
+        return 0;
+    if (!Py_IS_TYPE(o, st->queue_type)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s(): queue must be a spillway.Queue or None, not "
+                     "%.100s",
+                     fname, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    QueueObject *q = (QueueObject *)o;
+    if (queue_check_open(q) < 0)
+        return -1;
+    if (d != NULL && q->device != d) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s(): the queue is on %U and the arrays on %U", fname,
+                     q->device->name, d->name);
+        return -1;
+    }
+    *out = q;
+    return 0;
+}
+
+/* Run op on queue (NULL: the device's default queue, the plain C call).
+ * On a queue, as dpnp does with dpctl's order manager: the work is
+ * submitted after the foreign events of this thread's manager of the
+ * queue, its event is recorded there together with that of a host task
+ * holding keep[0..nkeep) (the Arrays it uses) until the work has
+ * completed.  -1 with an exception set on failure. */
+static int do_op(sw_state *st, QueueObject *queue, const op_desc *op,
+                  PyObject *const *keep, int nkeep)
+{
+    int rc;
+    if (queue == NULL) {
+        NOGIL(rc = op_submit(NULL, op));
+        if (rc != SW_OK) {
+            raise_sw(st, rc);
+            return -1;
+        }
+        return 0;
+    }
+    ManagerObject *m = manager_of(st, queue);
+    if (m == NULL)
+        return -1;
+    sw_queue *q = queue->q;
+    pytask *t = pytask_new(NULL, keep, nkeep, q);
+    if (t == NULL) {
+        Py_DECREF(m);
+        return -1;
+    }
+    int queued = 0;
+    char msg[512] = "";
+    Py_BEGIN_ALLOW_THREADS
+    rc = manager_wait_foreign_nogil(m);
+    if (rc == SW_OK)
+        rc = op_submit(q, op);
+    if (rc == SW_OK) {
+        sw_event *ev = NULL, *ht = NULL;
+        rc = sw_queue_record_event(q, &ev);
+        if (rc == SW_OK && (rc = pytask_submit(q, t, &ht)) == SW_OK)
+            queued = 1;
+        if (rc == SW_OK) {
+            pthread_mutex_lock(&m->mu);
+            rc = manager_add_locked(m, ev, 0, 1);
+            if (rc == SW_OK)
+                rc = manager_add_locked(m, ht, 1, 1);
+            pthread_mutex_unlock(&m->mu);
+        }
+        (void)sw_event_release(ev);
+        (void)sw_event_release(ht);
+        if (rc != SW_OK) {
+            /* Submitted but not recorded (no host memory): finish the work
+             * here, so that nothing is left unordered or unkept; the
+             * failure's message is kept for the exception. */
+            snprintf(msg, sizeof msg, "%s", sw_last_error());
+            (void)sw_queue_synchronize(q);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (!queued)
+        pytask_free(t);
+    Py_DECREF(m);
+    if (rc != SW_OK) {
+        if (msg[0] != '\0')
+            raise_sw_detail(st, rc, msg);
+        else
+            raise_rc(st, rc);
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
  * Array
  * ---------------------------------------------------------------------- */
 
@@ -1374,20 +3246,27 @@ static PyObject *Array_array(ArrayObject *a, PyObject *const *args,
     return r;
 }
 
-/* fill(value): every element = value, on the device. */
-static PyObject *Array_fill(ArrayObject *a, PyObject *value)
+/* fill(value, *, queue=None): every element = value, on the device. */
+static PyObject *Array_fill(ArrayObject *a, PyObject *const *args,
+                            Py_ssize_t nargs, PyObject *kwnames)
 {
+    static const char *const names[] = {"value", "queue"};
+    PyObject *v[2];
+    if (parse_args("fill", args, nargs, kwnames, names, 2, 1, 1, v) < 0)
+        return NULL;
     sw_state *st = type_state(Py_TYPE(a));
     if (st == NULL || array_check_device(a) < 0)
         return NULL;
-    sw_scalar v;
-    if (scalar_from_py(value, a->dtype, &v, "fill value") < 0)
+    QueueObject *q;
+    sw_scalar s;
+    if (queue_arg(st, v[1], a->device, "fill", &q) < 0 ||
+        scalar_from_py(v[0], a->dtype, &s, "fill value") < 0)
         return NULL;
-    int rc;
-    NOGIL(rc = sw_op_fill(a->buf, a->dtype, a->nelem, v));
-    if (rc != SW_OK)
-        return raise_sw(st, rc);
-    if (sync_if_exported(st, a->device) < 0)
+    op_desc op = {.kind = OP_FILL, .out = a->buf, .s = s, .dtype = a->dtype,
+                  .n = a->nelem};
+    PyObject *keep[1] = {(PyObject *)a};
+    if (do_op(st, q, &op, keep, 1) < 0 ||
+        sync_if_exported(st, a->device) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -1947,8 +3826,10 @@ static PyMethodDef Array_methods[] = {
     {"numpy", (PyCFunction)(void (*)(void))Array_numpy, METH_NOARGS,
      "numpy()\n--\n\nA NumPy copy of the array (a host read: a spilled "
      "array is read from its host copy and stays spilled)."},
-    {"fill", (PyCFunction)(void (*)(void))Array_fill, METH_O,
-     "fill(value)\n--\n\nSet every element to value, on the device."},
+    {"fill", (PyCFunction)(void (*)(void))Array_fill,
+     METH_FASTCALL | METH_KEYWORDS,
+     "fill(value, *, queue=None)\n--\n\nSet every element to value, on the "
+     "device (on queue, when given)."},
     {"reshape", (PyCFunction)(void (*)(void))Array_reshape, METH_VARARGS,
      "reshape(*shape)\n--\n\nA view with another shape on the same buffer "
      "(one dimension may be -1)."},
@@ -2456,13 +4337,37 @@ static int parse_tag(PyObject *obj, const char **tag)
     return *tag ? 0 : -1;
 }
 
+/* The device of a device= and a queue= argument (q may be NULL): a new
+ * reference.  Both given: they must agree. */
+static DeviceObject *device_of_args(sw_state *st, PyObject *device,
+                                    QueueObject *q, const char *fname)
+{
+    if (q == NULL)
+        return resolve_device(st, device);
+    if (!absent(device)) {
+        DeviceObject *d = resolve_device(st, device);
+        if (d == NULL)
+            return NULL;
+        int same = d == q->device;
+        if (!same)
+            PyErr_Format(PyExc_ValueError,
+                         "%s(): device %U is not the queue's device %U",
+                         fname, d->name, q->device->name);
+        Py_DECREF(d);
+        if (!same)
+            return NULL;
+    }
+    return (DeviceObject *)Py_NewRef(q->device);
+}
+
 static PyObject *make_array(PyObject *m, const char *fname,
                             PyObject *const *args, Py_ssize_t nargs,
                             PyObject *kwnames, int zero)
 {
-    static const char *const names[] = {"shape", "dtype", "device", "tag"};
-    PyObject *v[4];
-    if (parse_args(fname, args, nargs, kwnames, names, 4, 4, 1, v) < 0)
+    static const char *const names[] = {"shape", "dtype", "device", "tag",
+                                        "queue"};
+    PyObject *v[5];
+    if (parse_args(fname, args, nargs, kwnames, names, 5, 4, 1, v) < 0)
         return NULL;
     sw_state *st = module_state(m);
     Py_ssize_t shape[SW_PY_MAXDIMS];
@@ -2474,20 +4379,18 @@ static PyObject *make_array(PyObject *m, const char *fname,
         shape_sizes(shape, ndim, dtypes[dt].size, v[0], &nelem, &nbytes) < 0 ||
         parse_tag(v[3], &tag) < 0)
         return NULL;
-    DeviceObject *d = resolve_device(st, v[2]);
+    QueueObject *q;
+    if (queue_arg(st, v[4], NULL, fname, &q) < 0)
+        return NULL;
+    DeviceObject *d = device_of_args(st, v[2], q, fname);
     if (d == NULL)
         return NULL;
     PyObject *r = array_alloc(st, d, dt, ndim, shape, nelem, tag);
     if (r != NULL && zero && nelem > 0) {
-        sw_scalar z = {.i = 0};
-        sw_buffer *buf = ((ArrayObject *)r)->buf;
-        int rc;
-        NOGIL(rc = sw_op_fill(buf, dt, nelem, z));
-        if (rc != SW_OK || sync_if_exported(st, d) < 0) {
-            if (rc != SW_OK)
-                raise_sw(st, rc);
+        op_desc op = {.kind = OP_FILL, .out = ((ArrayObject *)r)->buf,
+                      .s = {.i = 0}, .dtype = dt, .n = nelem};
+        if (do_op(st, q, &op, &r, 1) < 0 || sync_if_exported(st, d) < 0)
             Py_CLEAR(r);
-        }
     }
     Py_DECREF(d);
     return r;
@@ -2593,22 +4496,26 @@ done:
 static PyObject *mod_asarray(PyObject *m, PyObject *const *args,
                              Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const names[] = {"obj", "device", "tag"};
-    PyObject *v[3];
-    if (parse_args("asarray", args, nargs, kwnames, names, 3, 2, 1, v) < 0)
+    static const char *const names[] = {"obj", "device", "tag", "queue"};
+    PyObject *v[4];
+    if (parse_args("asarray", args, nargs, kwnames, names, 4, 2, 1, v) < 0)
         return NULL;
     sw_state *st = module_state(m);
     const char *tag;
-    if (parse_tag(v[2], &tag) < 0)
+    QueueObject *q;
+    if (parse_tag(v[2], &tag) < 0 ||
+        queue_arg(st, v[3], NULL, "asarray", &q) < 0)
         return NULL;
+    /* Host-to-device copies are complete when they return (sw_buffer_write):
+     * queue= only chooses the device; there is no work to record. */
     PyObject *obj = v[0];
     if (Py_IS_TYPE(obj, st->array_type)) {
         ArrayObject *a = (ArrayObject *)obj;
         if (array_check_device(a) < 0)
             return NULL;
-        if (absent(v[1]))
+        if (absent(v[1]) && q == NULL)
             return Py_NewRef(obj);
-        DeviceObject *d = resolve_device(st, v[1]);
+        DeviceObject *d = device_of_args(st, v[1], q, "asarray");
         if (d == NULL)
             return NULL;
         PyObject *r = d == a->device ? Py_NewRef(obj)
@@ -2616,7 +4523,7 @@ static PyObject *mod_asarray(PyObject *m, PyObject *const *args,
         Py_DECREF(d);
         return r;
     }
-    DeviceObject *d = resolve_device(st, v[1]);
+    DeviceObject *d = device_of_args(st, v[1], q, "asarray");
     if (d == NULL)
         return NULL;
     PyObject *r;
@@ -2699,13 +4606,10 @@ static ArrayObject *out_arg(sw_state *st, PyObject *o, ArrayObject *a,
     return (ArrayObject *)Py_NewRef(out);
 }
 
-static PyObject *op_done(sw_state *st, ArrayObject *out, int rc)
+/* After do_op (its result r): out, or NULL with out released. */
+static PyObject *op_done(sw_state *st, ArrayObject *out, int r)
 {
-    if (rc != SW_OK) {
-        Py_DECREF(out);
-        return raise_sw(st, rc);
-    }
-    if (sync_if_exported(st, out->device) < 0) {
+    if (r < 0 || sync_if_exported(st, out->device) < 0) {
         Py_DECREF(out);
         return NULL;
     }
@@ -2715,49 +4619,55 @@ static PyObject *op_done(sw_state *st, ArrayObject *out, int rc)
 static PyObject *mod_add(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames)
 {
-    static const char *const names[] = {"a", "b", "out"};
-    PyObject *v[3];
-    if (parse_args("add", args, nargs, kwnames, names, 3, 3, 2, v) < 0)
+    static const char *const names[] = {"a", "b", "out", "queue"};
+    PyObject *v[4];
+    if (parse_args("add", args, nargs, kwnames, names, 4, 3, 2, v) < 0)
         return NULL;
     sw_state *st = module_state(m);
     ArrayObject *a = array_arg(st, v[0], "add", "a");
     ArrayObject *b = a ? array_arg(st, v[1], "add", "b") : NULL;
-    if (b == NULL || check_match(a, b, "add", "a", "b") < 0)
+    QueueObject *q;
+    if (b == NULL || check_match(a, b, "add", "a", "b") < 0 ||
+        queue_arg(st, v[3], a->device, "add", &q) < 0)
         return NULL;
     ArrayObject *out = out_arg(st, v[2], a, "add");
     if (out == NULL)
         return NULL;
-    int rc;
-    NOGIL(rc = sw_op_add(out->buf, a->buf, b->buf, a->dtype, a->nelem));
-    return op_done(st, out, rc);
+    op_desc op = {.kind = OP_ADD, .out = out->buf, .a = a->buf, .b = b->buf,
+                  .dtype = a->dtype, .n = a->nelem};
+    PyObject *keep[3] = {(PyObject *)a, (PyObject *)b, (PyObject *)out};
+    return op_done(st, out, do_op(st, q, &op, keep, 3));
 }
 
 static PyObject *mod_scale(PyObject *m, PyObject *const *args,
                            Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const names[] = {"a", "s", "out"};
-    PyObject *v[3];
-    if (parse_args("scale", args, nargs, kwnames, names, 3, 3, 2, v) < 0)
+    static const char *const names[] = {"a", "s", "out", "queue"};
+    PyObject *v[4];
+    if (parse_args("scale", args, nargs, kwnames, names, 4, 3, 2, v) < 0)
         return NULL;
     sw_state *st = module_state(m);
     ArrayObject *a = array_arg(st, v[0], "scale", "a");
     sw_scalar s;
-    if (a == NULL || scalar_from_py(v[1], a->dtype, &s, "scale factor") < 0)
+    QueueObject *q;
+    if (a == NULL || scalar_from_py(v[1], a->dtype, &s, "scale factor") < 0 ||
+        queue_arg(st, v[3], a->device, "scale", &q) < 0)
         return NULL;
     ArrayObject *out = out_arg(st, v[2], a, "scale");
     if (out == NULL)
         return NULL;
-    int rc;
-    NOGIL(rc = sw_op_scale(out->buf, a->buf, s, a->dtype, a->nelem));
-    return op_done(st, out, rc);
+    op_desc op = {.kind = OP_SCALE, .out = out->buf, .a = a->buf, .s = s,
+                  .dtype = a->dtype, .n = a->nelem};
+    PyObject *keep[2] = {(PyObject *)a, (PyObject *)out};
+    return op_done(st, out, do_op(st, q, &op, keep, 2));
 }
 
 static PyObject *mod_axpy(PyObject *m, PyObject *const *args,
                           Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const names[] = {"alpha", "x", "y"};
-    PyObject *v[3];
-    if (parse_args("axpy", args, nargs, kwnames, names, 3, 3, 3, v) < 0)
+    static const char *const names[] = {"alpha", "x", "y", "queue"};
+    PyObject *v[4];
+    if (parse_args("axpy", args, nargs, kwnames, names, 4, 3, 3, v) < 0)
         return NULL;
     sw_state *st = module_state(m);
     ArrayObject *x = array_arg(st, v[1], "axpy", "x");
@@ -2765,11 +4675,14 @@ static PyObject *mod_axpy(PyObject *m, PyObject *const *args,
     if (y == NULL || check_match(x, y, "axpy", "x", "y") < 0)
         return NULL;
     sw_scalar alpha;
-    if (scalar_from_py(v[0], x->dtype, &alpha, "alpha") < 0)
+    QueueObject *q;
+    if (scalar_from_py(v[0], x->dtype, &alpha, "alpha") < 0 ||
+        queue_arg(st, v[3], x->device, "axpy", &q) < 0)
         return NULL;
-    int rc;
-    NOGIL(rc = sw_op_axpy(alpha, x->buf, y->buf, x->dtype, x->nelem));
-    return op_done(st, (ArrayObject *)Py_NewRef(y), rc);
+    op_desc op = {.kind = OP_AXPY, .out = y->buf, .a = x->buf, .s = alpha,
+                  .dtype = x->dtype, .n = x->nelem};
+    PyObject *keep[2] = {(PyObject *)x, (PyObject *)y};
+    return op_done(st, (ArrayObject *)Py_NewRef(y), do_op(st, q, &op, keep, 2));
 }
 
 static PyObject *mod_sum(PyObject *m, PyObject *arg)
@@ -3152,6 +5065,113 @@ static PyObject *mod_open_devices(PyObject *m, PyObject *unused)
     return PyDict_Values(module_state(m)->devices);
 }
 
+/* Wait until no Python host task (queued by any thread) is pending, at
+ * most timeout seconds (< 0: no limit).  1 when none is. */
+static int wait_host_tasks(double timeout)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    if (timeout >= 0) {
+        double whole = (double)(time_t)timeout;
+        until.tv_sec += (time_t)timeout;
+        until.tv_nsec += (long)((timeout - whole) * 1e9);
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+    }
+    int none;
+    pthread_mutex_lock(&pytasks_mu);
+    while (pytasks_pending > 0) {
+        if (timeout < 0) {
+            pthread_cond_wait(&pytasks_cv, &pytasks_mu);
+        } else {
+            /* pytasks_cv uses the realtime clock: poll in short steps
+             * against the monotonic deadline. */
+            struct timespec now, step;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if (now.tv_sec > until.tv_sec ||
+                (now.tv_sec == until.tv_sec && now.tv_nsec >= until.tv_nsec))
+                break;
+            clock_gettime(CLOCK_REALTIME, &step);
+            step.tv_nsec += 10 * 1000 * 1000;
+            if (step.tv_nsec >= 1000000000L) {
+                step.tv_sec++;
+                step.tv_nsec -= 1000000000L;
+            }
+            (void)pthread_cond_timedwait(&pytasks_cv, &pytasks_mu, &step);
+        }
+    }
+    none = pytasks_pending == 0;
+    pthread_mutex_unlock(&pytasks_mu);
+    return none;
+}
+
+static PyObject *mod_wait_host_tasks(PyObject *m, PyObject *const *args,
+                                     Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"timeout"};
+    PyObject *v[1];
+    if (parse_args("wait_host_tasks", args, nargs, kwnames, names, 1, 1, 0,
+                   v) < 0)
+        return NULL;
+    double timeout = -1;
+    if (!absent(v[0])) {
+        timeout = PyFloat_AsDouble(v[0]);
+        if (timeout == -1 && PyErr_Occurred())
+            return NULL;
+        if (timeout < 0)
+            timeout = 0;
+    }
+    if (tl_task_queue != NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "wait_host_tasks() inside a host task would wait "
+                        "for itself");
+        return NULL;
+    }
+    int none;
+    NOGIL(none = wait_host_tasks(timeout));
+    drain_releases();
+    if (!none) {
+        PyErr_SetString(PyExc_TimeoutError,
+                        "Python host tasks are still pending");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_object_counts(PyObject *m, PyObject *unused)
+{
+    long pending;
+    pthread_mutex_lock(&pytasks_mu);
+    pending = pytasks_pending;
+    pthread_mutex_unlock(&pytasks_mu);
+    return Py_BuildValue("{s:n,s:n,s:n,s:l}", "queues", live_queues,
+                         "managers", live_managers, "events", live_events,
+                         "host_tasks", pending);
+}
+
+/* Registered with atexit by __init__.py: wait for the Python host tasks
+ * (once the interpreter finalizes they could never take the GIL), then
+ * drop this thread's order managers without waiting, so that nothing of
+ * this module is left in the thread state when the module goes. */
+static PyObject *mod_atexit(PyObject *m, PyObject *unused)
+{
+    if (tl_task_queue == NULL)
+        NOGIL((void)wait_host_tasks(-1));
+    drain_releases();
+    sw_state *st = module_state(m);
+    PyObject *d = PyThreadState_GetDict();
+    if (st->order_manager != NULL && d != NULL) {
+        PyObject *map = PyDict_GetItemWithError(d, st->order_manager);
+        if (map == NULL && PyErr_Occurred())
+            return NULL;
+        if (map != NULL && PyDict_DelItem(d, st->order_manager) < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------------
  * The module
  * ---------------------------------------------------------------------- */
@@ -3164,27 +5184,33 @@ static PyMethodDef module_methods[] = {
      "devices()\n--\n\nEvery device of every backend present, as Device "
      "objects (opening each)."},
     FASTKW("empty", mod_empty,
-           "empty(shape, dtype='float32', device=None, tag=None)\n--\n\n"
-           "A new uninitialised Array.  tag names its origin in "
-           "out-of-memory reports."),
+           "empty(shape, dtype='float32', device=None, tag=None, *, "
+           "queue=None)\n--\n\n"
+           "A new uninitialised Array (on the queue's device when queue is "
+           "given).  tag names its origin in out-of-memory reports."),
     FASTKW("zeros", mod_zeros,
-           "zeros(shape, dtype='float32', device=None, tag=None)\n--\n\n"
-           "A new Array of zeros (filled on the device)."),
+           "zeros(shape, dtype='float32', device=None, tag=None, *, "
+           "queue=None)\n--\n\n"
+           "A new Array of zeros (filled on the device; on queue, recorded "
+           "in its order manager, when given)."),
     FASTKW("asarray", mod_asarray,
-           "asarray(obj, device=None, *, tag=None)\n--\n\n"
+           "asarray(obj, device=None, *, tag=None, queue=None)\n--\n\n"
            "An Array with a copy of obj's data: a NumPy array, any object "
            "with the buffer protocol, or a nested sequence (through NumPy). "
            "An Array on the requested device is returned as is; on another "
-           "device it is copied."),
+           "device it is copied.  queue= chooses the device (the copy is "
+           "complete when asarray returns)."),
     FASTKW("add", mod_add,
-           "add(a, b, out=None)\n--\n\nout = a + b on the device (a new "
-           "Array when out is None); returns out."),
+           "add(a, b, out=None, *, queue=None)\n--\n\nout = a + b on the "
+           "device (a new Array when out is None); returns out.  With queue, "
+           "the work goes to that queue, ordered after the events in "
+           "spillway.order_manager[queue], and records its own there."),
     FASTKW("scale", mod_scale,
-           "scale(a, s, out=None)\n--\n\nout = s * a on the device; "
-           "returns out."),
+           "scale(a, s, out=None, *, queue=None)\n--\n\nout = s * a on "
+           "the device; returns out.  queue= as for add()."),
     FASTKW("axpy", mod_axpy,
-           "axpy(alpha, x, y)\n--\n\ny = alpha * x + y, in place on the "
-           "device; returns y."),
+           "axpy(alpha, x, y, *, queue=None)\n--\n\ny = alpha * x + y, in "
+           "place on the device; returns y.  queue= as for add()."),
     {"sum", (PyCFunction)(void (*)(void))mod_sum, METH_O,
      "sum(a)\n--\n\nThe sum of a's elements, reduced on the device: a float "
      "for float arrays, an int for integer ones (wrapping at 64 bits)."},
@@ -3231,6 +5257,16 @@ static PyMethodDef module_methods[] = {
      "_gc_stats()\n--\n\nCounters of the pressure collector."},
     {"_open_devices", (PyCFunction)(void (*)(void))mod_open_devices, METH_NOARGS,
      "_open_devices()\n--\n\nThe Devices this module has open."},
+    FASTKW("_wait_host_tasks", mod_wait_host_tasks,
+           "_wait_host_tasks(timeout=None)\n--\n\nWait until no Python "
+           "host task is pending (TimeoutError after timeout seconds)."),
+    {"_object_counts", (PyCFunction)(void (*)(void))mod_object_counts,
+     METH_NOARGS,
+     "_object_counts()\n--\n\nTesting: live Queue, SequentialOrderManager "
+     "and Event objects, and Python host tasks not yet finished."},
+    {"_atexit", (PyCFunction)(void (*)(void))mod_atexit, METH_NOARGS,
+     "_atexit()\n--\n\nRun at interpreter exit: wait for Python host "
+     "tasks, drop this thread's order managers."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -3244,6 +5280,13 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->peak_type);
     Py_VISIT(st->cthread_type);
     Py_VISIT(st->meminfo_type);
+    Py_VISIT(st->queue_type);
+    Py_VISIT(st->event_type);
+    Py_VISIT(st->manager_type);
+    Py_VISIT(st->map_type);
+    Py_VISIT(st->entry_type);
+    Py_VISIT(st->omap_type);
+    Py_VISIT(st->order_manager);
     Py_VISIT(st->DeviceMemoryError);
     Py_VISIT(st->DeviceError);
     Py_VISIT(st->devices);
@@ -3273,6 +5316,13 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->peak_type);
     Py_CLEAR(st->cthread_type);
     Py_CLEAR(st->meminfo_type);
+    Py_CLEAR(st->order_manager);
+    Py_CLEAR(st->queue_type);
+    Py_CLEAR(st->event_type);
+    Py_CLEAR(st->manager_type);
+    Py_CLEAR(st->map_type);
+    Py_CLEAR(st->entry_type);
+    Py_CLEAR(st->omap_type);
     Py_CLEAR(st->DeviceMemoryError);
     Py_CLEAR(st->DeviceError);
     return 0;
@@ -3298,7 +5348,20 @@ static int module_exec(PyObject *m)
     if ((st->device_type = add_type(m, &Device_spec)) == NULL ||
         (st->array_type = add_type(m, &Array_spec)) == NULL ||
         (st->peak_type = add_type(m, &Peak_spec)) == NULL ||
-        (st->cthread_type = add_type(m, &CThread_spec)) == NULL)
+        (st->cthread_type = add_type(m, &CThread_spec)) == NULL ||
+        (st->queue_type = add_type(m, &Queue_spec)) == NULL ||
+        (st->event_type = add_type(m, &Event_spec)) == NULL ||
+        (st->manager_type = add_type(m, &Manager_spec)) == NULL ||
+        (st->map_type = add_type(m, &Map_spec)) == NULL ||
+        (st->entry_type = add_type(m, &Entry_spec)) == NULL ||
+        (st->omap_type = add_type(m, &OMap_spec)) == NULL)
+        return -1;
+    OMapObject *om = PyObject_GC_New(OMapObject, st->omap_type);
+    if (om == NULL)
+        return -1;
+    PyObject_GC_Track(om);
+    st->order_manager = (PyObject *)om;
+    if (PyModule_AddObjectRef(m, "order_manager", st->order_manager) < 0)
         return -1;
     st->meminfo_type = PyStructSequence_NewType(&meminfo_desc);
     if (st->meminfo_type == NULL || PyModule_AddType(m, st->meminfo_type) < 0)

@@ -17,6 +17,14 @@ gc_backoff(min_interval=None), gc_backoff_reset(), gc_stats()
     ending a back-off now, and its counters.
 open_devices()
     The Device objects this module holds open.
+wait_host_tasks(timeout=None)
+    Wait until no Python host task (q.host_task(fn), and those that keep an
+    operation's arrays alive) is pending; TimeoutError after timeout
+    seconds.
+object_counts()
+    {'queues', 'managers', 'events', 'host_tasks'}: live Queue,
+    SequentialOrderManager and Event objects, and Python host tasks not yet
+    finished (process-wide).
 """
 
 from ._spillway import (
@@ -24,9 +32,11 @@ from ._spillway import (
     _gc_backoff_reset as gc_backoff_reset,
     _gc_stats as gc_stats,
     _inject_fault as inject_fault,
+    _object_counts as object_counts,
     _open_devices as open_devices,
     _start_c_thread_allocating as start_c_thread_allocating,
     _track_arrays as track_arrays,
+    _wait_host_tasks as wait_host_tasks,
 )
 
 __all__ = [
@@ -34,7 +44,9 @@ __all__ = [
     "gc_backoff_reset",
     "gc_stats",
     "inject_fault",
+    "object_counts",
     "open_devices",
     "start_c_thread_allocating",
     "track_arrays",
+    "wait_host_tasks",
 ]

@@ -18,6 +18,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SW__QUEUE_MAGIC 0x53575155u /* "SWQU" */
 #define SW__EVENT_MAGIC 0x53574556u /* "SWEV" */
@@ -264,6 +265,32 @@ SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
      * only those with work still running. */
     sw__reap_queues_locked(dev, false);
     rc = dev->ops->queue_create(dev->b, &q->bq);
+    if (rc == SW_ERR_OOM) {
+        /* A queue's own device memory (the sim's reservation, a driver's
+         * command buffers) may be held by our cache, or by dead queues
+         * whose host tasks have yet to run (a Python host task waits for
+         * the GIL).  Give the cache back, let deferred frees complete,
+         * then give dead queues up to a second to finish, retrying. */
+        sw__cache_drain_locked(dev);
+        rc = sw__wait_idle_locked(dev);
+        if (rc == SW_OK)
+            rc = dev->ops->queue_create(dev->b, &q->bq);
+        for (int i = 0; rc == SW_ERR_OOM && i < 200; i++) {
+            bool any = false;
+            for (sw_queue *o = dev->queues; o && !any; o = o->next)
+                any = o->dying;
+            if (!any)
+                break;
+            dev->waiting++;
+            sw__unlock(dev);
+            struct timespec ts = {0, 5 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            sw__lock(dev);
+            dev->waiting--;
+            sw__reap_queues_locked(dev, false);
+            rc = dev->ops->queue_create(dev->b, &q->bq);
+        }
+    }
     if (rc != SW_OK) {
         sw__unlock(dev);
         queue_struct_put(q);

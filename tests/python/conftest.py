@@ -15,8 +15,12 @@ device ("dev" fixture: $SPILLWAY_DEVICE, or sim:0), so the suite can run
 against other backends too.
 
 After every test an autouse fixture checks for leaks: every Array created
-during the test must be gone after gc.collect() (weak references), and
-every open device must have nothing in use and nothing spilled.
+during the test must be gone after gc.collect() (weak references), no
+Queue, SequentialOrderManager or Event may be left alive, and every open
+device must have nothing in use and nothing spilled.  Work on a queue keeps
+its Arrays alive until a host task drops them, so the fixture first waits
+for this thread's order managers (order_manager.clear()) and for every
+Python host task.
 """
 
 import gc
@@ -88,6 +92,8 @@ def no_leaks():
     tracked = _testing.track_arrays(False) or []
     if gc_was_enabled:
         gc.enable()
+    spillway.order_manager.clear()
+    _testing.wait_host_tasks(timeout=60)
     gc.collect()
     alive = [w() for w in tracked if w() is not None]
     problems = []
@@ -95,6 +101,9 @@ def no_leaks():
         problems.append(f"{len(alive)} array(s) still alive after the test: "
                         f"{alive[:5]}")
     del alive
+    counts = _testing.object_counts()
+    if counts["queues"] or counts["managers"] or counts["events"]:
+        problems.append(f"queue objects still alive after the test: {counts}")
     for d in _testing.open_devices():
         spillway.set_memory_budget(None, d)
         spillway.synchronize(d)
