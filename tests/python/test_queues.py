@@ -451,7 +451,7 @@ def test_queue_churn_stays_bounded(dev):
     before = sw.memory_info(dev)
     warm = min(500, n // 10)
     rss0 = rss_bytes()
-    max_in_use, min_free, max_managers = 0, before.device_free, 0
+    max_in_use, max_managers = 0, 0
     for i in range(n):
         q = sw.Queue(dev)
         sw.scale(a, 2.0, queue=q)  # result dropped at once
@@ -461,19 +461,19 @@ def test_queue_churn_stays_bounded(dev):
         if i % 50 == 0:
             info = sw.memory_info(dev)
             max_in_use = max(max_in_use, info.in_use)
-            if info.device_free is not None:
-                min_free = min(min_free, info.device_free)
             max_managers = max(max_managers, len(sw.order_manager))
     rss_growth = rss_bytes() - rss0
-    # Managers (and their queues) of dead queues live until their host
-    # tasks have run, which take the GIL: typically a few dozen at a time
-    # (a switch interval's worth of iterations).  Strong keys: all of them.
+    # Managers (and their queues) of dead queues live until their work and
+    # host tasks are done: a few dozen at a time.  Strong keys: all of them.
     assert max_managers <= min(1000, n // 4), \
         f"{max_managers} order managers alive"
     assert max_in_use - before.in_use <= 1000 * 4096
-    if before.device_free is not None and dev.name.startswith("sim"):
-        # 1 MiB per live queue, of a 64 MiB arena
-        assert before.device_free - min_free <= 48 << 20
+    # On the simulated device each live queue holds 1 MiB of the 64 MiB
+    # arena, so that the loop got here at all means at most ~60 were alive
+    # at any time: strong keys fail at the 64th queue.  When host tasks
+    # retire slowly (ASan, an oversubscribed machine) queue creation meets
+    # the arena's limit and waits for dead queues -- back-pressure, bounded
+    # by the arena itself -- so device_free may touch 0 on the way.
     # Strong keys on PoCL: +223 MiB over 10,000 queues (measured).
     if not under_asan():
         assert rss_growth < 64 << 20, \
