@@ -167,6 +167,8 @@ bench: build-release
 	@if [[ -d build-release/python/spillway ]]; then \
 	  echo "== bench/bench_python.py"; \
 	  $(VENV)/bin/python bench/bench_python.py --build build-release; \
+	  echo "== bench/bench_queues.py"; \
+	  $(VENV)/bin/python bench/bench_queues.py --build build-release; \
 	fi
 
 # --- clean ------------------------------------------------------------------

@@ -8,8 +8,12 @@
  *  - multi-phase initialisation; everything static except PyInit__spillway;
  *  - module state holds the types, the exceptions and the open devices;
  *  - heap types from PyType_Spec, GC-tracked where they hold references,
- *    with weak-reference support on Array and Device;
+ *    with weak-reference support on Array, Device, Queue and
+ *    SequentialOrderManager;
  *  - every failing path returns NULL or -1 with an exception set.
+ *
+ * Queues, events, host tasks and the per-thread order-manager map held by
+ * weak reference: see "Queues, events, host tasks and order managers".
  *
  * Locks.  The one lock order is device lock -> GIL, never GIL -> device
  * lock while both are held.  Every spillway call takes its device's lock, so
@@ -1233,8 +1237,8 @@ typedef struct {
     sw_order *order;      /* every event recorded */
     sw_order *foreign;    /* the submitted ones not of q; NULL until one */
     sw_order *own;        /* the host-task ones of q; NULL until one */
-    /* Guards order and foreign.  Taken only with the GIL released, and
-     * never held while waiting or while taking the GIL. */
+    /* Guards order, foreign and own.  Taken only with the GIL released,
+     * and never held while waiting or while taking the GIL. */
     pthread_mutex_t mu;
     PyObject *weakreflist;
 } ManagerObject;

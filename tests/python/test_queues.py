@@ -356,6 +356,40 @@ def test_submitted_events_of_another_queue_order_new_work(dev, gates):
     np.testing.assert_array_equal(y.numpy(), np.full(n, 24.0, np.float32))
 
 
+def test_failed_operation_on_a_queue_changes_nothing(sim):
+    q = sw.Queue(sim)
+    om = sw.order_manager[q]
+    a = ones(sim)
+    ra = sys.getrefcount(a)
+    _testing.inject_fault(sim, "alloc", 1, persistent=True)
+    try:
+        with pytest.raises(sw.DeviceMemoryError):
+            sw.add(a, a, queue=q)  # the result cannot be allocated
+        with pytest.raises(sw.DeviceMemoryError):
+            sw.zeros(4 * N, device=sim, queue=q)  # more than a spill frees
+    finally:
+        _testing.inject_fault(sim, "alloc", 0)
+    assert om.num_submitted_events == 0 and om.num_host_task_events == 0
+    assert sys.getrefcount(a) == ra
+    assert sw.add(a, a, queue=q)[0] == 2.0  # and it works again
+
+
+def test_queue_of_a_closed_device(sim1):
+    q = sw.Queue(sim1)
+    om = sw.order_manager[q]
+    sim1.close()
+    for use in [q.record_event, lambda: q.host_task(print), q.synchronize,
+                lambda: sw.Queue(q), lambda: sw.zeros(3, queue=q)]:
+        with pytest.raises(ValueError, match="closed"):
+            use()
+    assert "closed" in repr(q) and q.device is sim1
+    om.wait()  # what it recorded can still be waited for
+    del q, om
+    sw.order_manager.clear()
+    fresh = sw.Device("sim:1")  # the old one went with its last queue
+    assert fresh is not sim1 and sw.memory_info(fresh).allocs == 0
+
+
 # --- SequentialOrderManager -----------------------------------------------------
 
 
