@@ -28,34 +28,8 @@ import platform
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def import_spillway(build):
-    if build is None:
-        build = os.environ.get("SPILLWAY_BUILD_DIR")
-    candidates = [build] if build else ["build-release", "build"]
-    for c in candidates:
-        p = pathlib.Path(c)
-        if not p.is_absolute():
-            p = ROOT / p
-        if (p / "python" / "spillway").is_dir():
-            sys.path.insert(0, str(p / "python"))
-            import spillway
-            return spillway, p
-    sys.exit(f"bench_python: no built package in {candidates} "
-             "(build with Python headers available)")
-
-
-def per_call_ns(loop, n, repeat):
-    """Best ns per iteration of loop(n) over repeat runs."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter_ns()
-        loop(n)
-        t1 = time.perf_counter_ns()
-        best = min(best, (t1 - t0) / n)
-    return best
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from benchlib import best_ns, import_spillway  # noqa: E402
 
 
 def main():
@@ -63,7 +37,7 @@ def main():
     ap.add_argument("--build", help="build directory (holds python/)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    sw, build = import_spillway(args.build)
+    sw, build = import_spillway(args.build, "bench_python")
     n = 20000 if args.quick else 200000
     repeat = 5 if args.quick else 9
 
@@ -120,8 +94,8 @@ def main():
     def measure(name, loop, base_name, base_loop, count=n):
         loop(min(count, 1000))  # warm: caches, the device's cache block
         base_loop(min(count, 1000))
-        t = per_call_ns(loop, count, repeat)
-        tb = per_call_ns(base_loop, count, repeat)
+        t = best_ns(loop, count, repeat)
+        tb = best_ns(base_loop, count, repeat)
         rows.append((name, t, base_name, tb, t / tb))
 
     measure("empty(256 float32) + release", loop_empty,

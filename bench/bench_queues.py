@@ -29,34 +29,8 @@ import platform
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def import_spillway(build):
-    if build is None:
-        build = os.environ.get("SPILLWAY_BUILD_DIR")
-    candidates = [build] if build else ["build-release", "build"]
-    for c in candidates:
-        p = pathlib.Path(c)
-        if not p.is_absolute():
-            p = ROOT / p
-        if (p / "python" / "spillway").is_dir():
-            sys.path.insert(0, str(p / "python"))
-            import spillway
-            return spillway, p
-    sys.exit(f"bench_queues: no built package in {candidates} "
-             "(build with Python headers available)")
-
-
-def best_ns(loop, n, repeat):
-    """Best ns per iteration of loop(n) over repeat runs."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter_ns()
-        loop(n)
-        t1 = time.perf_counter_ns()
-        best = min(best, (t1 - t0) / n)
-    return best
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from benchlib import best_ns, import_spillway  # noqa: E402
 
 
 def main():
@@ -65,7 +39,7 @@ def main():
     ap.add_argument("--device", help="device spec (default: the default)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    sw, build = import_spillway(args.build)
+    sw, build = import_spillway(args.build, "bench_queues")
     from spillway import _testing
     quick = args.quick
     n_known = 200000 if not quick else 20000
