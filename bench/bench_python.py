@@ -22,11 +22,9 @@ Usage: bench_python.py [--build DIR] [--quick]
 
 import argparse
 import gc
-import os
 import pathlib
 import platform
 import sys
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from benchlib import best_ns, import_spillway  # noqa: E402

@@ -23,7 +23,6 @@ Usage: bench_queues.py [--build DIR] [--device SPEC] [--quick]
 
 import argparse
 import gc
-import os
 import pathlib
 import platform
 import sys
