@@ -74,6 +74,22 @@ SW_API const char *sw_strerror(int err);
 SW_API const char *sw_last_error(void);
 
 /* ------------------------------------------------------------------------
+ * Sizes, as people write them
+ * ---------------------------------------------------------------------- */
+
+/* Parse a byte count with an optional binary unit: "1048576", "512K",
+ * "512M", "512MiB", "64mb", "1.5G", "2 GiB" (K, M, G, T, P are powers of
+ * 1024; a fraction of a byte is dropped).  Signs, empty strings, unknown
+ * units and values past 2^64 - 1 are SW_ERR_INVALID_ARG with a message that
+ * quotes the input.  The CLI, the Python module and the SPILLWAY_*
+ * settings all read sizes through this one function. */
+SW_API int sw_parse_size(const char *s, uint64_t *out);
+
+/* n bytes in human units ("512 B", "1.50 MiB"; two decimals, binary units)
+ * written into buf (len bytes; 16 is always enough).  Returns buf. */
+SW_API const char *sw_format_bytes(uint64_t n, char *buf, size_t len);
+
+/* ------------------------------------------------------------------------
  * Element types and built-in kernels
  * ---------------------------------------------------------------------- */
 
@@ -86,6 +102,8 @@ typedef enum sw_dtype {
 
 /* Size in bytes of one element, or 0 for an unknown dtype. */
 SW_API size_t sw_dtype_size(sw_dtype dtype);
+/* "float32", ...; NULL for an unknown dtype. */
+SW_API const char *sw_dtype_name(sw_dtype dtype);
 
 /* A scalar argument or result: .f for float dtypes, .i for integer ones. */
 typedef union sw_scalar {
@@ -336,6 +354,10 @@ typedef enum sw_kernel {
                           * reproducible */
 } sw_kernel;
 
+/* "fill", "copy", "add", "scale", "axpy", "sum"; NULL for an unknown
+ * kernel. */
+SW_API const char *sw_kernel_name(sw_kernel kernel);
+
 typedef struct sw_kernel_args {
     sw_kernel kernel;
     sw_dtype dtype;
@@ -346,7 +368,9 @@ typedef struct sw_kernel_args {
 } sw_kernel_args;
 
 /* Queue a built-in kernel on device memory obtained from sw_launch_begin.
- * Integer arithmetic wraps.  The simulated device checks, when the kernel
+ * Typed operands (every operand but FILL's and COPY's, and SUM's out) must
+ * be aligned to their element size: SW_ERR_INVALID_ARG otherwise, checked
+ * here for every backend.  Integer arithmetic wraps.  The simulated device checks, when the kernel
  * runs, that every byte it touches lies inside a live allocation, and
  * aborts the process with a report otherwise. */
 SW_API int sw_launch_kernel(sw_device *dev, const sw_kernel_args *args);
@@ -494,10 +518,18 @@ typedef enum sw_fault_op {
     SW_FAULT_ALLOC = 0, /* backend allocations fail with SW_ERR_OOM     */
     SW_FAULT_COPY = 1,  /* backend copies (either direction, spills and
                          * restores too) fail with SW_ERR_DEVICE        */
+    SW_FAULT_HOST_ALLOC = 2, /* the library's own host allocations (handles,
+                         * queues, events, host copies of spilled buffers,
+                         * a backend's bookkeeping) made by a thread while it
+                         * holds dev's lock fail, and the call that made
+                         * them reports SW_ERR_HOST_OOM.  With dev NULL: the
+                         * calling thread's allocations made while it holds
+                         * no device lock (opening devices, order records). */
 } sw_fault_op;
 
 /* Make the nth (1-based) next call of op fail; with persistent != 0, that
- * call and every later one fail.  nth = 0 disarms. */
+ * call and every later one fail.  nth = 0 disarms.  dev may be NULL only
+ * for SW_FAULT_HOST_ALLOC. */
 SW_API int sw_inject_fault(sw_device *dev, sw_fault_op op, uint64_t nth,
                            int persistent);
 

@@ -21,7 +21,13 @@
  *  - Queues are in order.  Operations that take a queue are enqueued on it
  *    and may complete later; host memory passed to them must stay valid
  *    until an event recorded after them has completed.
- *  - A backend never calls back into the core (no allocation, no locks).
+ *  - A backend never calls back into the core (no locks, no buffers): the
+ *    only core functions it may call are sw__errorf, the host allocator
+ *    below (sw__malloc and friends) and the pure helpers of the public
+ *    header (sw_dtype_size, sw_dtype_name, sw_kernel_name, sw_parse_size,
+ *    sw_format_bytes).
+ *  - The core validates every argument it passes (kernel, dtype, element
+ *    count, operand alignment, ranges), once for every backend.
  */
 #ifndef SW_BACKEND_H
 #define SW_BACKEND_H
@@ -123,13 +129,19 @@ extern const sw__backend_ops sw__opencl_backend; /* opencl.c */
 #endif
 extern const sw__backend_ops sw__cuda_backend; /* cuda.c: always built */
 
+/* Host memory for the library's own use, core and backends alike: every
+ * host allocation goes through these (never malloc directly), the one place
+ * where SW_FAULT_HOST_ALLOC fails the nth one.  Semantics as the C
+ * library's; sw__aligned_alloc as posix_memalign (0 or ENOMEM/EINVAL). */
+void *sw__malloc(size_t n);
+void *sw__calloc(size_t count, size_t size);
+void *sw__realloc(void *p, size_t n);
+int sw__aligned_alloc(void **out, size_t align, size_t n);
+void sw__free(void *p);
+
 /* Set the calling thread's detail message; returns code, so that
  * `return sw__errorf(SW_ERR_OOM, "...", ...);` reads naturally. */
 int sw__errorf(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-
-/* Parse a byte size with an optional K/M/G/T suffix (powers of 1024):
- * "512M", "2G", "1048576".  Returns 0 on success, -1 if malformed. */
-int sw__parse_size(const char *s, uint64_t *out);
 
 #endif /* SW_BACKEND_H */

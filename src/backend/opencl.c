@@ -992,7 +992,7 @@ static int ocl__env_memory(int index, uint64_t *out)
     if (!s || !*s)
         return SW_OK;
     uint64_t v;
-    if (sw__parse_size(s, &v) != 0)
+    if (sw_parse_size(s, &v) != 0)
         return sw__errorf(SW_ERR_INVALID_ARG,
                           "opencl:%d: SPILLWAY_OPENCL_MEMORY='%.100s' is not a "
                           "size (expected bytes with an optional K, M, G or T "

@@ -1070,7 +1070,7 @@ static int sim__config(uint64_t *capacity, int *ndev)
     uint64_t cap = SIM__DEFAULT_MEMORY;
     const char *s = getenv("SPILLWAY_SIM_MEMORY");
     if (s && *s) {
-        if (sw__parse_size(s, &cap) != 0)
+        if (sw_parse_size(s, &cap) != 0)
             return sw__errorf(SW_ERR_INVALID_ARG,
                               "SPILLWAY_SIM_MEMORY='%.100s' is not a size "
                               "(expected bytes with an optional K, M, G or T "

@@ -1,14 +1,16 @@
 /*
- * bops.c -- the core's thin wrappers around the backend ops table: the one
- * place for lock assertions, preconditions and fault injection, so that
- * every backend gets them alike.
+ * bops.c -- the core's thin wrappers around the backend ops table, and its
+ * host allocator: the one place for lock assertions, preconditions and
+ * fault injection, so that every backend gets them alike (SQLite's os.c).
  */
 #include "core/internal.h"
 
-/* Counts a call of op against the armed fault; true when it must fail. */
-static bool fault_hits(sw_device *dev, sw_fault_op op)
+#include <errno.h>
+#include <stdlib.h>
+
+/* Counts a call against an armed fault; true when it must fail. */
+static bool countdown_hits(sw__fault *f)
 {
-    sw__fault *f = &dev->fault[op];
     if (f->failing)
         return true;
     if (f->countdown == 0)
@@ -18,6 +20,71 @@ static bool fault_hits(sw_device *dev, sw_fault_op op)
     f->failing = f->persistent;
     return true;
 }
+
+static bool fault_hits(sw_device *dev, sw_fault_op op)
+{
+    return countdown_hits(&dev->fault[op]);
+}
+
+/* ------------------------------------------------------------------------
+ * Host memory.  Every host allocation of the library (core and backends)
+ * comes through here, so SW_FAULT_HOST_ALLOC reaches each of them: it
+ * counts against the device whose lock the calling thread holds (backend
+ * operations run under it), or against the thread's own no-device fault.
+ * ---------------------------------------------------------------------- */
+
+static _Thread_local sw__fault nodev_fault;
+
+void sw__arm_nodev_fault(uint64_t nth, bool persistent)
+{
+    nodev_fault.countdown = nth;
+    nodev_fault.persistent = persistent;
+    nodev_fault.failing = false;
+}
+
+static bool host_fault_hits(void)
+{
+    sw_device *dev = sw__tl_dev;
+    return countdown_hits(dev != NULL ? &dev->fault[SW_FAULT_HOST_ALLOC]
+                                      : &nodev_fault);
+}
+
+void *sw__malloc(size_t n)
+{
+    if (host_fault_hits()) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return malloc(n);
+}
+
+void *sw__calloc(size_t count, size_t size)
+{
+    if (host_fault_hits()) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return calloc(count, size);
+}
+
+void *sw__realloc(void *p, size_t n)
+{
+    if (host_fault_hits()) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return realloc(p, n);
+}
+
+int sw__aligned_alloc(void **out, size_t align, size_t n)
+{
+    *out = NULL;
+    if (host_fault_hits())
+        return ENOMEM;
+    return posix_memalign(out, align, n);
+}
+
+void sw__free(void *p) { free(p); }
 
 int sw__b_alloc(sw_device *dev, size_t size, uintptr_t *mem)
 {

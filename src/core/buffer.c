@@ -267,15 +267,15 @@ static int oom_report_locked(sw_device *dev, size_t size, size_t rounded,
     int rc = sw__errorf(SW_ERR_OOM,
         "%s: out of memory: cannot allocate %zu bytes (%s as allocated)%s%s%s: "
         "%s. In use %s, cached %s, spilled %s, budget %s, device free %s of "
-        "%s.", dev->name, size, sw__fmt_bytes(rounded, b1, sizeof b1),
+        "%s.", dev->name, size, sw_format_bytes(rounded, b1, sizeof b1),
         tag && tag[0] ? " for '" : "", tag && tag[0] ? tag : "",
         tag && tag[0] ? "'" : "", reason,
-        sw__fmt_bytes(dev->in_use, b2, sizeof b2),
-        sw__fmt_bytes(dev->cached, b3, sizeof b3),
-        sw__fmt_bytes(dev->spilled, b4, sizeof b4),
-        dev->budget ? sw__fmt_bytes(dev->budget, b5, sizeof b5) : "none",
-        known ? sw__fmt_bytes(dfree, b6, sizeof b6) : "unknown",
-        dtotal ? sw__fmt_bytes(dtotal, b7, sizeof b7) : "unknown");
+        sw_format_bytes(dev->in_use, b2, sizeof b2),
+        sw_format_bytes(dev->cached, b3, sizeof b3),
+        sw_format_bytes(dev->spilled, b4, sizeof b4),
+        dev->budget ? sw_format_bytes(dev->budget, b5, sizeof b5) : "none",
+        known ? sw_format_bytes(dfree, b6, sizeof b6) : "unknown",
+        dtotal ? sw_format_bytes(dtotal, b7, sizeof b7) : "unknown");
 
     /* The five largest live buffers, by one pass over the live list. */
     enum { TOP = 5 };
@@ -297,7 +297,7 @@ static int oom_report_locked(sw_device *dev, size_t size, size_t rounded,
     sw__error_append(" Largest live buffers (of %zu):", dev->live_count);
     for (int i = 0; i < TOP && top[i]; i++)
         sw__error_append("%s %s '%s' %s", i ? "," : "",
-                         sw__fmt_bytes(top[i]->alloc_size, b1, sizeof b1),
+                         sw_format_bytes(top[i]->alloc_size, b1, sizeof b1),
                          top[i]->tag[0] ? top[i]->tag : "(untagged)",
                          state_name(top[i]->state));
     sw__error_append(".");
@@ -338,7 +338,7 @@ int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
     int step = 0;
     if (dev->budget != 0 && size > dev->budget) {
         snprintf(why, sizeof why, "it is larger than the whole budget of %s",
-                 sw__fmt_bytes(dev->budget, b1, sizeof b1));
+                 sw_format_bytes(dev->budget, b1, sizeof b1));
         return oom_report_locked(dev, request, size, tag, why);
     }
     for (;;) {
@@ -367,10 +367,10 @@ int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
             }
             snprintf(why, sizeof why, "the budget of %s would be exceeded "
                      "(in use + cached + request = %s) and only %s can be "
-                     "spilled", sw__fmt_bytes(dev->budget, b1, sizeof b1),
-                     sw__fmt_bytes(dev->in_use + dev->cached + size, b2,
+                     "spilled", sw_format_bytes(dev->budget, b1, sizeof b1),
+                     sw_format_bytes(dev->in_use + dev->cached + size, b2,
                                    sizeof b2),
-                     sw__fmt_bytes(dev->heap_bytes, b1, sizeof b1));
+                     sw_format_bytes(dev->heap_bytes, b1, sizeof b1));
             return oom_report_locked(dev, request, size, tag, why);
         }
         int rc = sw__b_alloc(dev, size, mem);
@@ -474,8 +474,8 @@ SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
         rc = sw__errorf(SW_ERR_TOO_LARGE, "%s: cannot allocate %zu bytes: "
                         "the largest allocation this device allows is %s "
                         "(its capacity is %s)", dev->name, size,
-                        sw__fmt_bytes(dev->props.max_alloc, b1, sizeof b1),
-                        sw__fmt_bytes(dev->props.total, b2, sizeof b2));
+                        sw_format_bytes(dev->props.max_alloc, b1, sizeof b1),
+                        sw_format_bytes(dev->props.total, b2, sizeof b2));
         sw__unlock(dev);
         return rc;
     }

@@ -33,15 +33,19 @@ static sw_device *registry[NBACKENDS][MAX_DEVICES];
  * The device lock
  * ---------------------------------------------------------------------- */
 
+_Thread_local sw_device *sw__tl_dev;
+
 void sw__lock(sw_device *dev)
 {
     pthread_mutex_lock(&dev->lock);
     atomic_store_explicit(&dev->owner, pthread_self(), memory_order_relaxed);
     atomic_store_explicit(&dev->owned, 1, memory_order_relaxed);
+    sw__tl_dev = dev;
 }
 
 void sw__unlock(sw_device *dev)
 {
+    sw__tl_dev = NULL;
     atomic_store_explicit(&dev->owned, 0, memory_order_relaxed);
     pthread_mutex_unlock(&dev->lock);
 }
@@ -453,8 +457,13 @@ SW_API int sw_device_synchronize(sw_device *dev)
 SW_API int sw_inject_fault(sw_device *dev, sw_fault_op op, uint64_t nth,
                            int persistent)
 {
-    if (op != SW_FAULT_ALLOC && op != SW_FAULT_COPY)
+    if (op != SW_FAULT_ALLOC && op != SW_FAULT_COPY &&
+        op != SW_FAULT_HOST_ALLOC)
         return sw__errorf(SW_ERR_INVALID_ARG, "unknown fault op %d", (int)op);
+    if (dev == NULL && op == SW_FAULT_HOST_ALLOC) {
+        sw__arm_nodev_fault(nth, persistent != 0);
+        return SW_OK;
+    }
     int rc = sw__device_enter(dev);
     if (rc != SW_OK)
         return rc;

@@ -76,49 +76,96 @@ void sw__error_append(const char *fmt, ...)
  * Sizes
  * ---------------------------------------------------------------------- */
 
-int sw__parse_size(const char *s, uint64_t *out)
+/* Digits with an optional fraction ("1.5"), as a value in units of
+ * 2^-20 so that "1.5G" is exact; -1 when there are no digits or the value
+ * cannot be represented. */
+static int parse_fixed(const char **sp, uint64_t *whole, uint64_t *frac20)
 {
-    if (s == NULL)
-        return -1;
-    while (isspace((unsigned char)*s))
-        s++;
+    const char *s = *sp;
     if (!isdigit((unsigned char)*s))
-        return -1; /* also rejects a sign */
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0)
-        return -1;
-    unsigned shift = 0;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': shift = 10; end++; break;
-    case 'M': shift = 20; end++; break;
-    case 'G': shift = 30; end++; break;
-    case 'T': shift = 40; end++; break;
-    default: break;
+        return -1; /* also rejects a sign and ".5" */
+    uint64_t w = 0;
+    for (; isdigit((unsigned char)*s); s++) {
+        unsigned d = (unsigned)(*s - '0');
+        if (w > (UINT64_MAX - d) / 10)
+            return -1;
+        w = w * 10 + d;
     }
-    /* Accept "512M", "512MB", "512MiB", "512 M". */
-    if (shift != 0) {
-        if (*end == 'i' || *end == 'I')
-            end++;
-        if (*end == 'b' || *end == 'B')
-            end++;
-    } else if (*end == 'b' || *end == 'B') {
-        end++;
+    /* The fraction in units of 2^-20, rounded down: enough for any unit
+     * from K up (a fraction of a byte is dropped). */
+    uint64_t f = 0;
+    if (*s == '.') {
+        s++;
+        if (!isdigit((unsigned char)*s))
+            return -1;
+        uint64_t num = 0, den = 1;
+        for (; isdigit((unsigned char)*s); s++)
+            if (den <= UINT64_C(1000000000000)) {
+                num = num * 10 + (uint64_t)(*s - '0');
+                den *= 10;
+            }
+        f = (num << 20) / den;
     }
-    while (isspace((unsigned char)*end))
-        end++;
-    if (*end != '\0')
-        return -1;
-    if (shift != 0 && v > (UINT64_MAX >> shift))
-        return -1;
-    *out = (uint64_t)v << shift;
+    *sp = s;
+    *whole = w;
+    *frac20 = f;
     return 0;
 }
 
-const char *sw__fmt_bytes(uint64_t n, char *buf, size_t len)
+SW_API int sw_parse_size(const char *s, uint64_t *out)
 {
-    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    if (out != NULL)
+        *out = 0;
+    if (s == NULL || out == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "sw_parse_size: NULL argument");
+    const char *p = s;
+    while (isspace((unsigned char)*p))
+        p++;
+    uint64_t whole, frac;
+    if (parse_fixed(&p, &whole, &frac) != 0)
+        goto bad;
+    while (*p == ' ')
+        p++;
+    unsigned shift = 0;
+    switch (toupper((unsigned char)*p)) {
+    case 'K': shift = 10; p++; break;
+    case 'M': shift = 20; p++; break;
+    case 'G': shift = 30; p++; break;
+    case 'T': shift = 40; p++; break;
+    case 'P': shift = 50; p++; break;
+    default: break;
+    }
+    /* Accept "512M", "512MB", "512MiB", "512 M", "4096B"; the units are
+     * binary either way, as every memory figure spillway prints. */
+    if (shift != 0 && (*p == 'i' || *p == 'I'))
+        p++;
+    if (*p == 'b' || *p == 'B')
+        p++;
+    while (isspace((unsigned char)*p))
+        p++;
+    if (*p != '\0')
+        goto bad;
+    if (whole > (UINT64_MAX >> shift))
+        goto bad;
+    uint64_t v = whole << shift;
+    uint64_t extra = shift >= 20 ? frac << (shift - 20) : frac >> (20 - shift);
+    if (extra > UINT64_MAX - v)
+        goto bad;
+    *out = v + extra;
+    return SW_OK;
+bad:
+    return sw__errorf(SW_ERR_INVALID_ARG,
+                      "cannot read \"%s\" as a size: expected a number of "
+                      "bytes with an optional unit (K, M, G, T, P; binary), "
+                      "e.g. \"512M\", \"1.5GiB\" or \"1048576\"",
+                      s);
+}
+
+SW_API const char *sw_format_bytes(uint64_t n, char *buf, size_t len)
+{
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (buf == NULL || len == 0)
+        return "";
     if (n < 1024) {
         snprintf(buf, len, "%llu B", (unsigned long long)n);
         return buf;
@@ -126,12 +173,36 @@ const char *sw__fmt_bytes(uint64_t n, char *buf, size_t len)
     double v = (double)n;
     int u = 0;
     /* 1023.999 KiB prints as 1.00 MiB, not 1024.00 KiB. */
-    while (v >= 1023.995 && u < 5) {
+    while (v >= 1023.995 && u < 6) {
         v /= 1024.0;
         u++;
     }
     snprintf(buf, len, "%.2f %s", v, unit[u]);
     return buf;
+}
+
+SW_API const char *sw_dtype_name(sw_dtype dtype)
+{
+    switch (dtype) {
+    case SW_FLOAT32: return "float32";
+    case SW_FLOAT64: return "float64";
+    case SW_INT32: return "int32";
+    case SW_INT64: return "int64";
+    }
+    return NULL;
+}
+
+SW_API const char *sw_kernel_name(sw_kernel kernel)
+{
+    switch (kernel) {
+    case SW_KERNEL_FILL: return "fill";
+    case SW_KERNEL_COPY: return "copy";
+    case SW_KERNEL_ADD: return "add";
+    case SW_KERNEL_SCALE: return "scale";
+    case SW_KERNEL_AXPY: return "axpy";
+    case SW_KERNEL_SUM: return "sum";
+    }
+    return NULL;
 }
 
 SW_API size_t sw_dtype_size(sw_dtype dtype)

@@ -170,7 +170,7 @@ struct sw_device {
     size_t live_count;
     sw_peak_scope *scope_first, *scope_last;
     sw__cache cache;
-    sw__fault fault[2];
+    sw__fault fault[3]; /* by sw_fault_op */
 
     uintptr_t scratch; /* SW_ALLOC_GRANULARITY bytes, or 0 */
     uint64_t scratch_used; /* bitmap of SW__SCRATCH_SLOTS */
@@ -234,6 +234,10 @@ int sw__queue_check_locked(sw_device *dev, sw_queue *q);
 /* Destroy the dying queues whose work is done (drops and re-takes the
  * lock); with wait, wait for their work first. */
 void sw__reap_queues_locked(sw_device *dev, bool wait);
+
+/* The device whose lock this thread holds, or NULL (a thread never holds
+ * two): host allocations are attributed to it for fault injection. */
+extern _Thread_local sw_device *sw__tl_dev;
 
 /* Lock helpers; the owner fields back sw__assert_locked. */
 void sw__lock(sw_device *dev);
@@ -312,6 +316,9 @@ int sw__wait_event_locked(sw_device *dev, sw__bevent *ev);
  * fault injection.  Each expects the device lock held.
  * ---------------------------------------------------------------------- */
 
+/* SW_FAULT_HOST_ALLOC on a thread holding no device lock (dev NULL). */
+void sw__arm_nodev_fault(uint64_t nth, bool persistent);
+
 int sw__b_alloc(sw_device *dev, size_t size, uintptr_t *mem);
 int sw__b_free(sw_device *dev, uintptr_t mem, size_t size);
 int sw__b_write(sw_device *dev, uintptr_t dst, size_t off, const void *src,
@@ -335,8 +342,6 @@ int sw__b_mem_info(sw_device *dev, uint64_t *free, uint64_t *total,
  * Messages
  * ---------------------------------------------------------------------- */
 
-/* "1.50 MiB" into buf (at least 32 bytes). */
-const char *sw__fmt_bytes(uint64_t n, char *buf, size_t len);
 /* Append to the calling thread's message (after sw__errorf). */
 void sw__error_append(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));

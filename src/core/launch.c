@@ -30,11 +30,11 @@ static int check_fit_locked(sw_device *dev, sw_buffer *const *bufs, size_t n)
     int rc = sw__errorf(SW_ERR_OOM, "%s: the %zu arguments of one launch "
                         "need %s on the device together, more than its %s "
                         "of %s; nothing was moved. Sizes:", dev->name, n,
-                        sw__fmt_bytes(total, b1, sizeof b1),
+                        sw_format_bytes(total, b1, sizeof b1),
                         dev->budget ? "budget" : "capacity",
-                        sw__fmt_bytes(cap, b2, sizeof b2));
+                        sw_format_bytes(cap, b2, sizeof b2));
     for (size_t i = 0; i < n && i < 16; i++)
-        sw__error_append(" %s", sw__fmt_bytes(bufs[i]->base->alloc_size, b1,
+        sw__error_append(" %s", sw_format_bytes(bufs[i]->base->alloc_size, b1,
                                               sizeof b1));
     return rc;
 }
@@ -160,15 +160,53 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
  * Kernels
  * ---------------------------------------------------------------------- */
 
+/* Everything about a launch that does not depend on the device: the
+ * kernel, the dtype, the element count, and the alignment of typed
+ * operands (a GPU faults on a misaligned typed access, on CUDA for the
+ * life of the context, so no backend is ever asked).  FILL and COPY work
+ * on bytes and SUM stores its 8-byte result byte-wise, so those operands
+ * may sit anywhere.  base + offset is an address on every backend but
+ * OpenCL, whose cl_mem handles are host pointers aligned to at least 8
+ * bytes, so the sum stands for the offset's alignment there. */
 static int check_kernel(const sw_kernel_args *a)
 {
     if (a == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "args is NULL");
-    if ((unsigned)a->kernel > SW_KERNEL_SUM)
+    const char *kname = sw_kernel_name(a->kernel);
+    if (kname == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "unknown kernel %d",
                           (int)a->kernel);
-    if (sw_dtype_size(a->dtype) == 0)
+    size_t es = sw_dtype_size(a->dtype);
+    if (es == 0)
         return sw__errorf(SW_ERR_DTYPE, "unknown dtype %d", (int)a->dtype);
+    const char *dname = sw_dtype_name(a->dtype);
+    if (a->n > SIZE_MAX / es)
+        return sw__errorf(SW_ERR_INVALID_ARG, "kernel %s %s with n=%zu "
+                          "elements: the byte count overflows", kname, dname,
+                          a->n);
+    const sw_devmem *typed[3] = {NULL, NULL, NULL};
+    static const char *const names[3] = {"out", "a", "b"};
+    switch (a->kernel) {
+    case SW_KERNEL_ADD:
+        typed[2] = &a->b;
+        /* fall through */
+    case SW_KERNEL_SCALE:
+    case SW_KERNEL_AXPY:
+        typed[0] = &a->out;
+        /* fall through */
+    case SW_KERNEL_SUM:
+        typed[1] = &a->a;
+        break;
+    default:
+        break;
+    }
+    for (int i = 0; i < 3 && a->n > 0; i++) {
+        if (typed[i] != NULL && (typed[i]->base + typed[i]->offset) % es != 0)
+            return sw__errorf(SW_ERR_INVALID_ARG,
+                              "kernel %s %s: operand %s (offset %zu) is not "
+                              "aligned to its %zu-byte elements",
+                              kname, dname, names[i], typed[i]->offset, es);
+    }
     return SW_OK;
 }
 
@@ -217,9 +255,14 @@ SW_API int sw_launch_kernel_q(sw_queue *q, const sw_kernel_args *args)
  * Buffer-level operations
  * ---------------------------------------------------------------------- */
 
-/* Checks that every operand holds n elements of dtype. */
+/* Checks that every operand holds n elements of dtype and, where the
+ * kernel reads or writes it as typed elements (bit i of typed), that it is
+ * aligned to them (as check_kernel does for raw launches).  A spilled
+ * base comes back at an allocation's start, which every backend aligns to
+ * at least SW_ALLOC_GRANULARITY, so its offset decides. */
 static int check_operands_locked(sw_device *dev, sw_buffer *const *bufs,
-                                 size_t nbufs, sw_dtype dtype, size_t n)
+                                 size_t nbufs, sw_dtype dtype, size_t n,
+                                 unsigned typed)
 {
     size_t es = sw_dtype_size(dtype);
     if (es == 0)
@@ -236,6 +279,12 @@ static int check_operands_locked(sw_device *dev, sw_buffer *const *bufs,
             return sw__errorf(SW_ERR_OUT_OF_RANGE, "%s holds %zu bytes, "
                               "fewer than %zu elements of %zu bytes",
                               names[i], bufs[i]->size, n, es);
+        if ((typed >> i & 1u) && n > 0 &&
+            (bufs[i]->base->mem + bufs[i]->offset) % es != 0)
+            return sw__errorf(SW_ERR_INVALID_ARG, "%s (offset %zu) is not "
+                              "aligned to its %zu-byte %s elements",
+                              names[i], bufs[i]->offset, es,
+                              sw_dtype_name(dtype));
     }
     return SW_OK;
 }
@@ -253,7 +302,8 @@ static int run_op(sw_queue *q, sw_kernel k, sw_buffer *out, sw_buffer *a,
         goto out;
     sw_buffer *bufs[3] = {out, a, b};
     size_t nbufs = b ? 3 : a ? 2 : 1;
-    rc = check_operands_locked(dev, bufs, nbufs, dtype, n);
+    rc = check_operands_locked(dev, bufs, nbufs, dtype, n,
+                               k == SW_KERNEL_FILL ? 0u : 7u);
     if (rc != SW_OK || n == 0)
         goto out;
     sw_devmem p[3];
@@ -385,7 +435,7 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
     int rc = sw__buffer_enter(a, &dev);
     if (rc != SW_OK)
         return rc;
-    rc = check_operands_locked(dev, &a, 1, dtype, n);
+    rc = check_operands_locked(dev, &a, 1, dtype, n, 1u);
     if (rc != SW_OK || n == 0)
         goto out; /* the sum of nothing is 0 */
     int slot = scratch_take_locked(dev);

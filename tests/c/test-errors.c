@@ -359,3 +359,65 @@ TEST(dtype_size)
     ASSERT_EQ(sw_dtype_size((sw_dtype)-1), 0);
     ASSERT_EQ(sw_dtype_size((sw_dtype)1000), 0);
 }
+
+/* ------------------------------------------------------------------------ */
+
+TEST(parse_size)
+{
+    struct {
+        const char *s;
+        uint64_t v;
+    } ok[] = {
+        {"0", 0},
+        {"4096", 4096},
+        {"4096B", 4096},
+        {"512K", 512u << 10},
+        {"512k", 512u << 10},
+        {"512M", UINT64_C(512) << 20},
+        {"512MiB", UINT64_C(512) << 20},
+        {"64mb", UINT64_C(64) << 20},
+        {" 2 GiB ", UINT64_C(2) << 30},
+        {"1.5G", UINT64_C(3) << 29},
+        {"0.5K", 512},
+        {"1T", UINT64_C(1) << 40},
+        {"1P", UINT64_C(1) << 50},
+        {"15P", UINT64_C(15) << 50},
+        {"18446744073709551615", UINT64_MAX},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        uint64_t v = 1;
+        ASSERT_OK(sw_parse_size(ok[i].s, &v));
+        ASSERT_UEQ(v, ok[i].v);
+    }
+    const char *bad[] = {"",        " ",      "-1",   "+1",  "M",
+                         "1X",      "1.",     ".5M",  "1KK", "1 2",
+                         "16384P",  "18446744073709551616", "1e9",
+                         "0x10",    "1MiBs"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t v = 7;
+        ASSERT_ERR(sw_parse_size(bad[i], &v), SW_ERR_INVALID_ARG);
+        ASSERT_UEQ(v, 0);
+        /* The message quotes what it could not read. */
+        ASSERT_NOT_NULL(strstr(sw_last_error(), bad[i]));
+    }
+    uint64_t v;
+    ASSERT_ERR(sw_parse_size(NULL, &v), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_parse_size("1M", NULL), SW_ERR_INVALID_ARG);
+}
+
+TEST(format_bytes)
+{
+    char buf[32];
+    ASSERT_STR_EQ(sw_format_bytes(0, buf, sizeof buf), "0 B");
+    ASSERT_STR_EQ(sw_format_bytes(1023, buf, sizeof buf), "1023 B");
+    ASSERT_STR_EQ(sw_format_bytes(1024, buf, sizeof buf), "1.00 KiB");
+    ASSERT_STR_EQ(sw_format_bytes(3u << 19, buf, sizeof buf), "1.50 MiB");
+    /* 1023.999 KiB rounds up to the next unit, not to "1024.00 KiB". */
+    ASSERT_STR_EQ(sw_format_bytes((UINT64_C(1) << 20) - 1, buf, sizeof buf),
+                  "1.00 MiB");
+    ASSERT_STR_EQ(sw_format_bytes(UINT64_MAX, buf, sizeof buf), "16.00 EiB");
+    /* Truncated, still terminated. */
+    char small[4];
+    ASSERT_STR_EQ(sw_format_bytes(1u << 20, small, sizeof small), "1.0");
+    ASSERT_STR_EQ(sw_format_bytes(1, NULL, 0), "");
+}

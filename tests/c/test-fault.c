@@ -12,7 +12,13 @@
 TEST(fault_bad_args)
 {
     sw_device *dev = test_device();
-    ASSERT_ERR(sw_inject_fault(dev, (sw_fault_op)2, 1, 0), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_inject_fault(dev, (sw_fault_op)3, 1, 0), SW_ERR_INVALID_ARG);
+    /* Only host-allocation faults exist without a device. */
+    ASSERT_ERR(sw_inject_fault(NULL, SW_FAULT_ALLOC, 1, 0),
+               SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_inject_fault(NULL, SW_FAULT_COPY, 1, 0),
+               SW_ERR_INVALID_ARG);
+    ASSERT_OK(sw_inject_fault(NULL, SW_FAULT_HOST_ALLOC, 0, 0));
     ASSERT_ERR(sw_inject_fault(dev, (sw_fault_op)-1, 1, 0),
                SW_ERR_INVALID_ARG);
     /* Disarming what is not armed is fine. */

@@ -14,6 +14,8 @@
     X(null_arguments)                                                         \
     X(foreign_handles)                                                        \
     X(dtype_size)                                                             \
+    X(parse_size)                                                             \
+    X(format_bytes)                                                           \
     /* test-device.c */                                                       \
     X(device_count_and_specs)                                                 \
     X(device_open_refcount)                                                   \
