@@ -86,6 +86,69 @@ int sw__aligned_alloc(void **out, size_t align, size_t n)
 
 void sw__free(void *p) { free(p); }
 
+/* ------------------------------------------------------------------------
+ * Backend operations
+ *
+ * One wrapper per op, and the only calls through an ops table in the core.
+ * Each asserts the lock rule backend.h states for its op:
+ *  - held: everything that changes a device's state or enqueues work;
+ *  - not held by this thread (no device lock at all, since a thread never
+ *    holds two): whatever can block on the device -- event_wait,
+ *    synchronize, close;
+ *  - either: event_query and event_release, which never block.
+ * ---------------------------------------------------------------------- */
+
+/* No device lock held by this thread: safe to wait on a device. */
+#define sw__assert_unlocked() assert(sw__tl_dev == NULL)
+
+/* Devices */
+
+bool sw__b_usable(const sw__backend_ops *ops)
+{
+    /* wait_event (version 2) is what keeps work on two queues ordered
+     * without the caller waiting: every backend must have it. */
+    return ops->version >= 2 && ops->wait_event != NULL;
+}
+
+int sw__b_device_count(const sw__backend_ops *ops, int *count, char *why,
+                       size_t why_len)
+{
+    *count = 0;
+    int rc = ops->device_count(count, why, why_len);
+    if (rc == SW_OK && *count < 0)
+        *count = 0;
+    return rc;
+}
+
+int sw__b_open(const sw__backend_ops *ops, int index, sw__bdev **out,
+               sw__device_props *props)
+{
+    sw__assert_unlocked();
+    assert(index >= 0);
+    return ops->open(index, out, props);
+}
+
+void sw__b_close(const sw__backend_ops *ops, sw__bdev *b)
+{
+    sw__assert_unlocked(); /* close waits for the device */
+    ops->close(b);
+}
+
+sw__bqueue *sw__b_default_queue(sw_device *dev)
+{
+    sw__assert_locked(dev);
+    return dev->ops->default_queue(dev->b);
+}
+
+int sw__b_mem_info(sw_device *dev, uint64_t *free, uint64_t *total,
+                   int *known)
+{
+    sw__assert_locked(dev);
+    return dev->ops->mem_info(dev->b, free, total, known);
+}
+
+/* Memory */
+
 int sw__b_alloc(sw_device *dev, size_t size, uintptr_t *mem)
 {
     sw__assert_locked(dev);
@@ -102,6 +165,27 @@ int sw__b_free(sw_device *dev, uintptr_t mem, size_t size)
     assert(mem != 0 && size > 0);
     return dev->ops->free(dev->b, dev->q, mem, size);
 }
+
+/* Queues */
+
+int sw__b_queue_create(sw_device *dev, sw__bqueue **out)
+{
+    sw__assert_locked(dev);
+    return dev->ops->queue_create(dev->b, out);
+}
+
+void sw__b_queue_destroy(sw_device *dev, sw__bqueue *q)
+{
+    /* Under the lock: destroying a queue changes the backend's device
+     * state (its queue list, its reserved memory), which other threads
+     * read under the lock.  The core calls it only once the queue's work
+     * has completed, so it does not wait for the device. */
+    sw__assert_locked(dev);
+    assert(q != dev->q);
+    dev->ops->queue_destroy(q);
+}
+
+/* Transfers and kernels, enqueued */
 
 static int copy_fault(sw_device *dev, const char *what)
 {
@@ -145,32 +229,19 @@ int sw__b_copy(sw_device *dev, uintptr_t dst, size_t doff, uintptr_t src,
     return sw__b_copy_q(dev, dev->q, dst, doff, src, soff, n);
 }
 
-int sw__b_queue_wait(sw_device *dev, sw__bqueue *q, sw__bqueue *on)
+int sw__b_fill_q(sw_device *dev, sw__bqueue *q, uintptr_t dst, size_t off,
+                 size_t n, const void *pattern, size_t psize)
 {
     sw__assert_locked(dev);
-    sw__bevent *ev = NULL;
-    int rc = dev->ops->event_record(on, &ev);
-    if (rc != SW_OK)
-        return rc;
-    if (dev->ops->wait_event != NULL) {
-        rc = dev->ops->wait_event(q, ev);
-        dev->ops->event_release(ev);
-        return rc;
-    }
-    /* A version-1 backend: wait on the host.  The lock stays held, as
-     * callers (frees among them) rely on it; device work never takes it,
-     * so this cannot deadlock, it only serializes. */
-    rc = dev->ops->event_wait(ev);
-    dev->ops->event_release(ev);
-    return rc;
+    assert(dst != 0 && n > 0 && n % psize == 0);
+    assert(psize == 1 || psize == 2 || psize == 4 || psize == 8);
+    return dev->ops->fill(q, dst, off, n, pattern, psize);
 }
 
 int sw__b_fill(sw_device *dev, uintptr_t dst, size_t off, size_t n,
                const void *pattern, size_t psize)
 {
-    sw__assert_locked(dev);
-    assert(dst != 0 && n > 0 && n % psize == 0);
-    return dev->ops->fill(dev->q, dst, off, n, pattern, psize);
+    return sw__b_fill_q(dev, dev->q, dst, off, n, pattern, psize);
 }
 
 int sw__b_launch(sw_device *dev, sw__bqueue *q, const sw_kernel_args *args)
@@ -180,15 +251,51 @@ int sw__b_launch(sw_device *dev, sw__bqueue *q, const sw_kernel_args *args)
     return dev->ops->launch(q, args);
 }
 
-int sw__b_event_record(sw_device *dev, sw__bevent **ev)
+/* Events and waiting */
+
+int sw__b_event_record_q(sw_device *dev, sw__bqueue *q, sw__bevent **ev)
 {
     sw__assert_locked(dev);
-    return dev->ops->event_record(dev->q, ev);
+    return dev->ops->event_record(q, ev);
 }
 
-int sw__b_mem_info(sw_device *dev, uint64_t *free, uint64_t *total,
-                   int *known)
+int sw__b_event_record(sw_device *dev, sw__bevent **ev)
+{
+    return sw__b_event_record_q(dev, dev->q, ev);
+}
+
+int sw__b_event_query(const sw__backend_ops *ops, sw__bevent *ev, int *done)
+{
+    return ops->event_query(ev, done); /* never blocks: any lock state */
+}
+
+int sw__b_event_wait(const sw__backend_ops *ops, sw__bevent *ev)
+{
+    sw__assert_unlocked();
+    return ops->event_wait(ev);
+}
+
+void sw__b_event_release(const sw__backend_ops *ops, sw__bevent *ev)
+{
+    ops->event_release(ev); /* never blocks: any lock state */
+}
+
+int sw__b_synchronize(const sw__backend_ops *ops, sw__bqueue *q)
+{
+    sw__assert_unlocked();
+    return ops->synchronize(q);
+}
+
+int sw__b_queue_wait(sw_device *dev, sw__bqueue *q, sw__bqueue *on)
 {
     sw__assert_locked(dev);
-    return dev->ops->mem_info(dev->b, free, total, known);
+    sw__bevent *ev = NULL;
+    int rc = dev->ops->event_record(on, &ev);
+    if (rc != SW_OK)
+        return rc;
+    /* Device-side: never blocks the caller (every registered backend has
+     * wait_event; device.c checks). */
+    rc = dev->ops->wait_event(q, ev);
+    dev->ops->event_release(ev);
+    return rc;
 }

@@ -392,6 +392,7 @@ int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
              * what the cache (and the last spill) put there released. */
             step = 2;
             drained = true;
+            sw__unpark_locked(dev, false);
             sw__cache_drain_locked(dev);
             rc = sw__wait_idle_locked(dev);
             if (rc != SW_OK)
@@ -513,6 +514,24 @@ SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
     return SW_OK;
 }
 
+/* The last step of a release: accounting, then the memory to the cache
+ * (resident) or the host copy dropped (spilled), then the slot. */
+static void release_base_locked(sw_device *dev, sw_buffer *base)
+{
+    if (base->state == SW_SPILLED) {
+        sw__host_put_locked(dev, base->host, base->size);
+        base->host = NULL;
+        dev->spilled -= base->alloc_size;
+    } else {
+        dev->in_use -= base->alloc_size;
+        if (base->mem != 0 && !base->external)
+            sw__cache_put_locked(dev, base->mem, base->alloc_size);
+    }
+    if (!base->external)
+        dev->frees++;
+    slot_put(base);
+}
+
 /* Releases a base once nothing refers to it: no user reference, view,
  * pin, lease, or move in progress.  Its memory goes to the cache in stream
  * order (the cache only hands it out for work queued later on the same
@@ -527,27 +546,47 @@ void sw__maybe_release_locked(sw_device *dev, sw_buffer *base)
         return;
     live_unlink_locked(dev, base);
     sw__lru_remove_locked(dev, base);
-    if (base->state == SW_SPILLED) {
-        sw__host_put_locked(dev, base->host, base->size);
-        base->host = NULL;
-        dev->spilled -= base->alloc_size;
-    } else {
-        dev->in_use -= base->alloc_size;
-        /* The cache hands memory to default-queue work: order it after
-         * other queues' work on this buffer first.  Should even that fail
-         * (no host memory for an event), wait for them here. */
-        if (base->qmask != 0 && sw__order_use_locked(dev, base, NULL)) {
-            for (sw_queue *q = dev->queues; q; q = q->next)
-                if (base->qmask & (UINT64_C(1) << q->id))
-                    (void)dev->ops->synchronize(q->bq);
-            base->qmask = 0;
-        }
-        if (base->mem != 0 && !base->external)
-            sw__cache_put_locked(dev, base->mem, base->alloc_size);
+    if (base->state == SW_RESIDENT && base->qmask != 0 &&
+        sw__order_use_locked(dev, base, NULL) != SW_OK) {
+        /* The cache hands memory to default-queue work, so it must first
+         * be ordered after other queues' work on it.  That failed (no
+         * host memory for an event), and waiting here would wait on the
+         * device with the lock held: park the base instead.  It is its own
+         * record (nothing to allocate on this path), its memory stays in
+         * in_use, and sw__unpark_locked releases it once ordering works
+         * again or every queue is known idle. */
+        base->live_next = dev->parked;
+        dev->parked = base;
+        dev->parked_count++;
+        return;
     }
-    if (!base->external)
-        dev->frees++;
-    slot_put(base);
+    release_base_locked(dev, base);
+}
+
+void sw__unpark_locked(sw_device *dev, bool queues_idle)
+{
+    sw__assert_locked(dev);
+    sw_buffer *keep = NULL;
+    while (dev->parked != NULL) {
+        sw_buffer *b = dev->parked;
+        dev->parked = b->live_next;
+        dev->parked_count--;
+        if (queues_idle)
+            b->qmask = 0;
+        if (b->qmask != 0 && sw__order_use_locked(dev, b, NULL) != SW_OK) {
+            b->live_next = keep;
+            keep = b;
+            continue;
+        }
+        release_base_locked(dev, b);
+    }
+    while (keep != NULL) {
+        sw_buffer *b = keep;
+        keep = b->live_next;
+        b->live_next = dev->parked;
+        dev->parked = b;
+        dev->parked_count++;
+    }
 }
 
 void sw__unpin_locked(sw_device *dev, sw_buffer *base)
@@ -743,7 +782,7 @@ static int finish_transfer_locked(sw_device *dev, sw_buffer *base)
         sw__bqueue *q = dev->q;
         dev->waiting++;
         sw__unlock(dev);
-        (void)ops->synchronize(q);
+        (void)sw__b_synchronize(ops, q);
         sw__lock(dev);
         dev->waiting--;
     }

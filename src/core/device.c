@@ -86,7 +86,7 @@ static int backend_count(const sw__backend_ops *ops)
 {
     int n = 0;
     char why[256] = "";
-    if (ops->device_count(&n, why, sizeof why) != SW_OK || n < 0)
+    if (sw__b_device_count(ops, &n, why, sizeof why) != SW_OK)
         return 0;
     return n > MAX_DEVICES ? MAX_DEVICES : n;
 }
@@ -107,7 +107,7 @@ SW_API int sw_backend_info(size_t i, const char **name, int *devices,
                           "%zu", i, (size_t)NBACKENDS);
     char buf[256] = "";
     int n = 0;
-    int rc = backends[i]->device_count(&n, buf, sizeof buf);
+    int rc = sw__b_device_count(backends[i], &n, buf, sizeof buf);
     if (name != NULL)
         *name = backends[i]->name;
     if (rc != SW_OK)
@@ -215,6 +215,8 @@ static void reset_state(sw_device *dev)
     memset(dev->callbacks, 0, sizeof dev->callbacks);
     dev->live = NULL;
     dev->live_count = 0;
+    dev->parked = NULL;
+    dev->parked_count = 0;
     dev->scope_first = dev->scope_last = NULL;
     sw__cache_init(&dev->cache);
     memset(dev->fault, 0, sizeof dev->fault);
@@ -226,9 +228,10 @@ static int open_locked(const char *spec, size_t bi, int index,
                        sw_device **out)
 {
     const sw__backend_ops *ops = backends[bi];
+    assert(sw__b_usable(ops));
     char why[256] = "";
     int n = 0;
-    int rc = ops->device_count(&n, why, sizeof why);
+    int rc = sw__b_device_count(ops, &n, why, sizeof why);
     if (rc != SW_OK)
         return rc;
     if (index >= n || index >= MAX_DEVICES) {
@@ -260,7 +263,7 @@ static int open_locked(const char *spec, size_t bi, int index,
     sw__bdev *b = NULL;
     sw__device_props props;
     memset(&props, 0, sizeof props);
-    rc = ops->open(index, &b, &props);
+    rc = sw__b_open(ops, index, &b, &props);
     if (rc != SW_OK)
         return rc;
     if (props.max_alloc == 0)
@@ -269,7 +272,7 @@ static int open_locked(const char *spec, size_t bi, int index,
     reset_state(dev);
     dev->props = props;
     dev->b = b;
-    dev->q = ops->default_queue(b);
+    dev->q = sw__b_default_queue(dev);
     dev->refs = 1;
     sw__unlock(dev);
     *out = dev;
@@ -318,6 +321,11 @@ SW_API int sw_device_close(sw_device *dev)
     }
     /* Dead queues still running work are waited for here. */
     sw__reap_queues_locked(dev, true);
+    if (dev->parked != NULL && dev->live_queues == 0) {
+        /* Only the default queue is left, and every dead queue's work
+         * has completed: parked memory is safe. */
+        sw__unpark_locked(dev, true);
+    }
     if (dev->waiting > 0) {
         rc = sw__errorf(SW_ERR_BUSY, "%s: cannot close the device: %u "
                         "call%s on other threads are waiting for it",
@@ -354,7 +362,7 @@ SW_API int sw_device_close(sw_device *dev)
     sw__unlock(dev);
     /* The backend waits for its work here; no device lock is held, and
      * other threads see the device as closed. */
-    dev->ops->close(b);
+    sw__b_close(dev->ops, b);
     pthread_mutex_unlock(&registry_lock);
     return SW_OK;
 }
@@ -396,8 +404,8 @@ int sw__wait_event_locked(sw_device *dev, sw__bevent *ev)
     const sw__backend_ops *ops = dev->ops;
     dev->waiting++;
     sw__unlock(dev);
-    int rc = ops->event_wait(ev);
-    ops->event_release(ev);
+    int rc = sw__b_event_wait(ops, ev);
+    sw__b_event_release(ops, ev);
     sw__lock(dev);
     dev->waiting--;
     return rc;
@@ -424,15 +432,23 @@ SW_API int sw_device_synchronize(sw_device *dev)
         n++;
     sw__bevent **evs = n ? calloc(n, sizeof *evs) : NULL;
     size_t k = 0;
-    for (sw_queue *q = dev->queues; evs && q; q = q->next)
-        if (dev->ops->event_record(q->bq, &evs[k]) == SW_OK)
+    for (sw_queue *q = dev->queues; evs && q; q = q->next) {
+        /* A queue whose event cannot be had is not waited for: say so
+         * (after waiting for the others) rather than return early. */
+        int r = sw__b_event_record_q(dev, q->bq, &evs[k]);
+        if (r == SW_OK)
             k++;
+        else if (rc == SW_OK)
+            rc = r;
+    }
+    /* Every queue (or none, when dead queues were all reaped idle). */
+    bool all_waited = n == 0 || (evs != NULL && k == n);
     const sw__backend_ops *ops = dev->ops;
     dev->waiting++;
     sw__unlock(dev);
     for (size_t i = 0; i < k; i++) {
-        int r = ops->event_wait(evs[i]);
-        ops->event_release(evs[i]);
+        int r = sw__b_event_wait(ops, evs[i]);
+        sw__b_event_release(ops, evs[i]);
         if (rc == SW_OK)
             rc = r;
     }
@@ -445,6 +461,9 @@ SW_API int sw_device_synchronize(sw_device *dev)
     int r = sw__wait_idle_locked(dev);
     if (rc == SW_OK)
         rc = r;
+    /* Work queued before this call has completed on every queue we could
+     * wait for; parked memory is safe to reuse when that was all of them. */
+    sw__unpark_locked(dev, rc == SW_OK && all_waited);
     sw__reap_queues_locked(dev, false);
     sw__unlock(dev);
     return rc;

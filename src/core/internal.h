@@ -168,6 +168,10 @@ struct sw_device {
     uint64_t qids; /* ids in use (bit k) */
     sw_buffer *live; /* live base buffers */
     size_t live_count;
+    /* Freed bases whose memory awaits ordering after other queues
+     * (buffer.c, sw__unpark_locked), linked through live_next. */
+    sw_buffer *parked;
+    size_t parked_count;
     sw_peak_scope *scope_first, *scope_last;
     sw__cache cache;
     sw__fault fault[3]; /* by sw_fault_op */
@@ -268,6 +272,9 @@ void sw__unpin_locked(sw_device *dev, sw_buffer *base);
 /* Release a base nothing refers to any more (no handle, view, pin, lease
  * or move in progress); otherwise do nothing. */
 void sw__maybe_release_locked(sw_device *dev, sw_buffer *base);
+/* Release parked bases that can now be ordered after other queues' work,
+ * or all of them when every queue is known idle (queues_idle). */
+void sw__unpark_locked(sw_device *dev, bool queues_idle);
 void sw__cache_put_locked(sw_device *dev, uintptr_t mem, size_t size);
 /* The allocation ladder: device memory of size bytes (rounded, > 0);
  * request is the caller's size, for messages.  May release the lock. */
@@ -312,31 +319,53 @@ int sw__wait_idle_locked(sw_device *dev);
 int sw__wait_event_locked(sw_device *dev, sw__bevent *ev);
 
 /* ------------------------------------------------------------------------
- * Backend wrappers (bops.c): the one place for asserts, statistics and
- * fault injection.  Each expects the device lock held.
+ * Backend wrappers (bops.c): the only calls into a backend, and the one
+ * place for lock assertions, statistics and fault injection.  The lock
+ * rule of each is stated (and asserted) there: most expect dev's lock
+ * held; event_wait, synchronize, open and close expect no device lock.
  * ---------------------------------------------------------------------- */
 
 /* SW_FAULT_HOST_ALLOC on a thread holding no device lock (dev NULL). */
 void sw__arm_nodev_fault(uint64_t nth, bool persistent);
 
+/* The table has every member the core needs (version >= 2). */
+bool sw__b_usable(const sw__backend_ops *ops);
+int sw__b_device_count(const sw__backend_ops *ops, int *count, char *why,
+                       size_t why_len);
+int sw__b_open(const sw__backend_ops *ops, int index, sw__bdev **out,
+               sw__device_props *props);
+void sw__b_close(const sw__backend_ops *ops, sw__bdev *b);
+sw__bqueue *sw__b_default_queue(sw_device *dev);
+int sw__b_mem_info(sw_device *dev, uint64_t *free, uint64_t *total,
+                   int *known);
 int sw__b_alloc(sw_device *dev, size_t size, uintptr_t *mem);
+/* Stream-ordered on the default queue. */
 int sw__b_free(sw_device *dev, uintptr_t mem, size_t size);
+int sw__b_queue_create(sw_device *dev, sw__bqueue **out);
+/* pre: the queue's work has completed. */
+void sw__b_queue_destroy(sw_device *dev, sw__bqueue *q);
+/* Transfers on the default queue; copies and fills also on any queue. */
 int sw__b_write(sw_device *dev, uintptr_t dst, size_t off, const void *src,
                 size_t n);
 int sw__b_read(sw_device *dev, void *dst, uintptr_t src, size_t off,
                size_t n);
 int sw__b_copy(sw_device *dev, uintptr_t dst, size_t doff, uintptr_t src,
                size_t soff, size_t n);
-int sw__b_fill(sw_device *dev, uintptr_t dst, size_t off, size_t n,
-               const void *pattern, size_t psize);
-int sw__b_launch(sw_device *dev, sw__bqueue *q, const sw_kernel_args *args);
 int sw__b_copy_q(sw_device *dev, sw__bqueue *q, uintptr_t dst, size_t doff,
                  uintptr_t src, size_t soff, size_t n);
+int sw__b_fill(sw_device *dev, uintptr_t dst, size_t off, size_t n,
+               const void *pattern, size_t psize);
+int sw__b_fill_q(sw_device *dev, sw__bqueue *q, uintptr_t dst, size_t off,
+                 size_t n, const void *pattern, size_t psize);
+int sw__b_launch(sw_device *dev, sw__bqueue *q, const sw_kernel_args *args);
+int sw__b_event_record(sw_device *dev, sw__bevent **ev);
+int sw__b_event_record_q(sw_device *dev, sw__bqueue *q, sw__bevent **ev);
+int sw__b_event_query(const sw__backend_ops *ops, sw__bevent *ev, int *done);
+int sw__b_event_wait(const sw__backend_ops *ops, sw__bevent *ev);
+void sw__b_event_release(const sw__backend_ops *ops, sw__bevent *ev);
+int sw__b_synchronize(const sw__backend_ops *ops, sw__bqueue *q);
 /* q waits (on the device) for everything queued on `on` so far. */
 int sw__b_queue_wait(sw_device *dev, sw__bqueue *q, sw__bqueue *on);
-int sw__b_event_record(sw_device *dev, sw__bevent **ev);
-int sw__b_mem_info(sw_device *dev, uint64_t *free, uint64_t *total,
-                   int *known);
 
 /* ------------------------------------------------------------------------
  * Messages

@@ -219,8 +219,8 @@ static int launch_kernel(sw_device *dev, sw_queue *q,
     if (args->kernel == SW_KERNEL_SUM) {
         /* The sum of nothing is 0; backends only see n > 0. */
         static const uint64_t zero = 0;
-        return dev->ops->fill(bq, args->out.base, args->out.offset, 8, &zero,
-                              8);
+        return sw__b_fill_q(dev, bq, args->out.base, args->out.offset, 8,
+                            &zero, 8);
     }
     return SW_OK;
 }

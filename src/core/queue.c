@@ -71,7 +71,7 @@ static void event_unref(sw_event *e)
         return;
     atomic_store_explicit(&e->magic, 0, memory_order_release);
     if (e->bev != NULL)
-        e->ops->event_release(e->bev);
+        sw__b_event_release(e->ops, e->bev);
     e->bev = NULL;
     pthread_mutex_lock(&event_pool_lock);
     if (event_tail)
@@ -112,7 +112,7 @@ SW_API int sw_event_query(sw_event *ev, int *done)
     if (rc != SW_OK)
         return rc;
     if (ev->bev != NULL) {
-        rc = ev->ops->event_query(ev->bev, done);
+        rc = sw__b_event_query(ev->ops, ev->bev, done);
         if (rc != SW_OK)
             *done = 1;
         return rc;
@@ -130,7 +130,7 @@ SW_API int sw_event_wait(sw_event *ev)
     if (rc != SW_OK)
         return rc;
     if (ev->bev != NULL)
-        return ev->ops->event_wait(ev->bev);
+        return sw__b_event_wait(ev->ops, ev->bev);
     pthread_mutex_lock(&ev->mu);
     while (!ev->done)
         pthread_cond_wait(&ev->cv, &ev->mu);
@@ -264,7 +264,7 @@ SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
     /* Dead queues are destroyed here, so a loop that creates queues keeps
      * only those with work still running. */
     sw__reap_queues_locked(dev, false);
-    rc = dev->ops->queue_create(dev->b, &q->bq);
+    rc = sw__b_queue_create(dev, &q->bq);
     if (rc == SW_ERR_OOM) {
         /* A queue's own device memory (the sim's reservation, a driver's
          * command buffers) may be held by our cache, or by dead queues
@@ -274,7 +274,7 @@ SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
         sw__cache_drain_locked(dev);
         rc = sw__wait_idle_locked(dev);
         if (rc == SW_OK)
-            rc = dev->ops->queue_create(dev->b, &q->bq);
+            rc = sw__b_queue_create(dev, &q->bq);
         for (int i = 0; rc == SW_ERR_OOM && i < 200; i++) {
             bool any = false;
             for (sw_queue *o = dev->queues; o && !any; o = o->next)
@@ -288,7 +288,7 @@ SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
             sw__lock(dev);
             dev->waiting--;
             sw__reap_queues_locked(dev, false);
-            rc = dev->ops->queue_create(dev->b, &q->bq);
+            rc = sw__b_queue_create(dev, &q->bq);
         }
     }
     if (rc != SW_OK) {
@@ -363,11 +363,11 @@ SW_API int sw_queue_record_event(sw_queue *q, sw_event **out)
         return rc;
     sw_device *dev = q->dev;
     sw__bevent *bev = NULL;
-    rc = dev->ops->event_record(q->bq, &bev);
+    rc = sw__b_event_record_q(dev, q->bq, &bev);
     if (rc == SW_OK) {
         *out = event_new(dev->ops, bev);
         if (*out == NULL) {
-            dev->ops->event_release(bev);
+            sw__b_event_release(dev->ops, bev);
             rc = sw__errorf(SW_ERR_HOST_OOM, "no host memory for an event");
         }
     }
@@ -408,8 +408,8 @@ static void *runner_main(void *arg)
 
         /* No lock is held while waiting or running the task: fn may call
          * anything, including releasing this queue. */
-        int rc = ops->event_wait(t->after);
-        ops->event_release(t->after);
+        int rc = sw__b_event_wait(ops, t->after);
+        sw__b_event_release(ops, t->after);
         t->fn(t->arg);
         event_complete(t->done, rc);
         event_unref(t->done);
@@ -448,7 +448,7 @@ SW_API int sw_queue_host_task(sw_queue *q, void (*fn)(void *arg), void *arg,
     }
     if (out != NULL)
         atomic_fetch_add_explicit(&t->done->refs, 1, memory_order_relaxed);
-    rc = dev->ops->event_record(q->bq, &t->after);
+    rc = sw__b_event_record_q(dev, q->bq, &t->after);
     if (rc != SW_OK)
         goto fail;
     sw_event *done = t->done; /* t is the runner's once queued */
@@ -456,7 +456,7 @@ SW_API int sw_queue_host_task(sw_queue *q, void (*fn)(void *arg), void *arg,
     if (!q->runner_started) {
         if (pthread_create(&q->runner, NULL, runner_main, q) != 0) {
             pthread_mutex_unlock(&q->tlock);
-            dev->ops->event_release(t->after);
+            sw__b_event_release(dev->ops, t->after);
             rc = sw__errorf(SW_ERR_HOST_OOM, "cannot start a host-task "
                             "thread");
             goto fail;
@@ -500,10 +500,10 @@ static bool queue_idle(sw_queue *q)
         return false;
     sw__bevent *ev = NULL;
     int done = 0;
-    if (q->dev->ops->event_record(q->bq, &ev) != SW_OK)
+    if (sw__b_event_record_q(q->dev, q->bq, &ev) != SW_OK)
         return false;
-    (void)q->dev->ops->event_query(ev, &done);
-    q->dev->ops->event_release(ev);
+    (void)sw__b_event_query(q->dev->ops, ev, &done);
+    sw__b_event_release(q->dev->ops, ev);
     return done != 0;
 }
 
@@ -539,7 +539,7 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
              * from the queue's own host task: it would wait for itself.) */
             dev->waiting++;
             sw__unlock(dev);
-            (void)dev->ops->synchronize(q->bq);
+            (void)sw__b_synchronize(dev->ops, q->bq);
             pthread_mutex_lock(&q->tlock);
             while (q->tpending > 0)
                 pthread_cond_wait(&q->tcv, &q->tlock);
@@ -562,24 +562,29 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
         forget_qid_locked(dev, q->id);
     if (dead == NULL)
         return;
-    /* Joining and destroying can wait: not under the lock. */
+    /* Joining the runners can wait (a host task may still be returning):
+     * not under the lock.  Their backend queues are idle (queue_idle), and
+     * are destroyed under it afterwards, since destroying one changes the
+     * backend's device state that other threads read under the lock. */
     dev->waiting++;
     sw__unlock(dev);
-    for (sw_queue *q = dead, *next; q; q = next) {
-        next = q->next;
+    for (sw_queue *q = dead; q; q = q->next) {
         pthread_mutex_lock(&q->tlock);
         q->stop = true;
         pthread_cond_broadcast(&q->tcv);
         pthread_mutex_unlock(&q->tlock);
         if (q->runner_started)
             pthread_join(q->runner, NULL);
-        dev->ops->queue_destroy(q->bq);
+    }
+    sw__lock(dev);
+    dev->waiting--;
+    for (sw_queue *q = dead, *next; q; q = next) {
+        next = q->next;
+        sw__b_queue_destroy(dev, q->bq);
         pthread_mutex_destroy(&q->tlock);
         pthread_cond_destroy(&q->tcv);
         queue_struct_put(q);
     }
-    sw__lock(dev);
-    dev->waiting--;
 }
 
 /* ------------------------------------------------------------------------
