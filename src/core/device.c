@@ -22,12 +22,24 @@ static const sw__backend_ops *const backends[] = {
 #define NBACKENDS (sizeof backends / sizeof backends[0])
 #define MAX_DEVICES 64 /* per backend */
 
-/* Device structs are created on first open and never freed, so a device
- * handle stays valid (and detectably closed) for the life of the process.
- * The registry lock covers open/close and this table; it is never taken
+/* Device structs live in one static array and are never freed, so a
+ * device handle stays valid (and detectably closed) for the life of the
+ * process, and any pointer can be checked by address before anything is
+ * read through it.  A slot is set up at its device's first open.  The
+ * registry lock covers open/close and first-time setup; it is never taken
  * while a device lock is held. */
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static sw_device *registry[NBACKENDS][MAX_DEVICES];
+static sw_device registry[NBACKENDS][MAX_DEVICES];
+
+bool sw__device_valid(const sw_device *dev)
+{
+    uintptr_t p = (uintptr_t)dev, lo = (uintptr_t)&registry[0][0];
+    if (p < lo || p - lo >= sizeof registry ||
+        (p - lo) % sizeof registry[0][0] != 0)
+        return false;
+    return atomic_load_explicit(&dev->magic, memory_order_acquire) ==
+           SW__DEVICE_MAGIC;
+}
 
 /* ------------------------------------------------------------------------
  * The device lock
@@ -62,7 +74,7 @@ int sw__device_enter(sw_device *dev)
 {
     if (dev == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "device is NULL");
-    if (dev->magic != SW__DEVICE_MAGIC)
+    if (!sw__device_valid(dev))
         return sw__errorf(SW_ERR_INVALID_HANDLE,
                           "%p is not a spillway device handle", (void *)dev);
     sw__lock(dev);
@@ -242,18 +254,16 @@ static int open_locked(const char *spec, size_t bi, int index,
                           "(%s:0..%s:%d)", spec, ops->name, n,
                           n == 1 ? "" : "s", ops->name, ops->name, n - 1);
     }
-    sw_device *dev = registry[bi][index];
-    if (dev == NULL) {
-        dev = calloc(1, sizeof *dev);
-        if (dev == NULL)
-            return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a device");
+    sw_device *dev = &registry[bi][index];
+    if (atomic_load_explicit(&dev->magic, memory_order_relaxed) !=
+        SW__DEVICE_MAGIC) {
         pthread_mutex_init(&dev->lock, NULL);
         pthread_cond_init(&dev->moved, NULL);
-        dev->magic = SW__DEVICE_MAGIC;
         dev->ops = ops;
         dev->index = index;
         snprintf(dev->name, sizeof dev->name, "%s:%d", ops->name, index);
-        registry[bi][index] = dev;
+        atomic_store_explicit(&dev->magic, SW__DEVICE_MAGIC,
+                              memory_order_release);
     }
     if (dev->refs > 0) {
         dev->refs++;
@@ -304,7 +314,7 @@ SW_API int sw_device_close(sw_device *dev)
 {
     if (dev == NULL)
         return SW_OK;
-    if (dev->magic != SW__DEVICE_MAGIC)
+    if (!sw__device_valid(dev))
         return sw__errorf(SW_ERR_INVALID_HANDLE,
                           "%p is not a spillway device handle", (void *)dev);
     pthread_mutex_lock(&registry_lock);
@@ -337,7 +347,7 @@ SW_API int sw_device_close(sw_device *dev)
     if (dev->live_count > 0 || dev->scope_first != NULL ||
         dev->live_queues > 0) {
         size_t scopes = 0;
-        for (sw_peak_scope *s = dev->scope_first; s; s = s->next)
+        for (sw__scope *s = dev->scope_first; s; s = s->next)
             scopes++;
         rc = sw__errorf(SW_ERR_BUSY, "%s: cannot close the device: %zu "
                         "buffer%s, %zu queue%s and %zu peak scope%s still "
@@ -369,14 +379,14 @@ SW_API int sw_device_close(sw_device *dev)
 
 SW_API const char *sw_device_name(const sw_device *dev)
 {
-    if (dev == NULL || dev->magic != SW__DEVICE_MAGIC)
+    if (!sw__device_valid(dev))
         return "(invalid device)";
     return dev->name;
 }
 
 SW_API const char *sw_device_description(const sw_device *dev)
 {
-    if (dev == NULL || dev->magic != SW__DEVICE_MAGIC)
+    if (!sw__device_valid(dev))
         return "(invalid device)";
     return dev->props.description;
 }
@@ -428,11 +438,11 @@ SW_API int sw_device_synchronize(sw_device *dev)
     /* Every queue's work: events recorded under the lock (they outlive
      * their queues), waited for without it. */
     size_t n = 0;
-    for (sw_queue *q = dev->queues; q; q = q->next)
+    for (sw__queue *q = dev->queues; q; q = q->next)
         n++;
     sw__bevent **evs = n ? calloc(n, sizeof *evs) : NULL;
     size_t k = 0;
-    for (sw_queue *q = dev->queues; evs && q; q = q->next) {
+    for (sw__queue *q = dev->queues; evs && q; q = q->next) {
         /* A queue whose event cannot be had is not waited for: say so
          * (after waiting for the others) rather than return early. */
         int r = sw__b_event_record_q(dev, q->bq, &evs[k]);

@@ -23,32 +23,122 @@
 #include <stdint.h>
 
 /* ------------------------------------------------------------------------
- * Handles
+ * Handles (handle.c)
+ *
+ * Every handle the API gives out (buffer, lease, queue, event, peak scope)
+ * is an encoded slot index, type and generation, never a pointer; the
+ * core's own structs are the sw__ types below, reached only by decoding
+ * and checking a handle.  Devices are the exception: they are never freed
+ * and are checked by address (device.c).
  * ---------------------------------------------------------------------- */
 
-/* Magic numbers make freed and foreign handles detectable.  Buffer structs
- * live in type-stable slots (never returned to malloc), so reading the magic
- * of a stale handle is always safe. */
+#if UINTPTR_MAX > 0xFFFFFFFFu
+#define SW__H_INDEX_BITS 28
+#define SW__H_TYPE_BITS 4
+#define SW__H_GEN_BITS 32
+#else
+#define SW__H_INDEX_BITS 20
+#define SW__H_TYPE_BITS 3
+#define SW__H_GEN_BITS 9
+#endif
+#define SW__H_TYPE_SHIFT SW__H_INDEX_BITS
+#define SW__H_GEN_SHIFT (SW__H_INDEX_BITS + SW__H_TYPE_BITS)
+#define SW__H_INDEX_MASK ((UINT32_C(1) << SW__H_INDEX_BITS) - 1)
+#define SW__H_TYPE_MASK ((UINT32_C(1) << SW__H_TYPE_BITS) - 1)
+#define SW__H_GEN_MASK                                                        \
+    ((uint32_t)((UINT64_C(1) << SW__H_GEN_BITS) - 1))
+
+typedef enum sw__htype {
+    SW__H_BUFFER = 1,
+    SW__H_LEASE = 2,
+    SW__H_QUEUE = 3,
+    SW__H_EVENT = 4,
+    SW__H_SCOPE = 5,
+} sw__htype;
+
+/* The header every pooled struct starts with. */
+typedef struct sw__slot {
+    /* Odd while a handle to the object is live; advanced when that handle
+     * dies and again when the slot is reused. */
+    _Atomic uint32_t gen;
+    uint32_t index;
+    /* The device the object lives on (NULL for events): read before the
+     * lock to know which lock to take, so it survives reuse atomically. */
+    _Atomic(sw_device *) dev;
+    struct sw__slot *free_next; /* the pool's free FIFO */
+} sw__slot;
+
+#define SW__POOL_CHUNKS 24
+
+typedef struct sw__pool {
+    sw__htype type;
+    size_t size; /* of the pooled struct */
+    size_t keep; /* bytes from its start not zeroed on reuse */
+    void (*init)(void *obj); /* once per slot, when its chunk is made */
+    pthread_mutex_t lock;    /* a leaf lock: the free list, growth */
+    sw__slot *free_head, *free_tail;
+    size_t nfree;
+    _Atomic uint32_t nslots;
+    char *_Atomic chunks[SW__POOL_CHUNKS];
+} sw__pool;
+
+#define SW__POOL_INIT(t, type_, keep_, init_)                                 \
+    {                                                                         \
+        .type = (t), .size = sizeof(type_), .keep = (keep_),                  \
+        .init = (init_), .lock = PTHREAD_MUTEX_INITIALIZER,                   \
+    }
+
+/* A new object with a live handle (its payload past `keep` zeroed); NULL
+ * without host memory. */
+void *sw__pool_get(sw__pool *p);
+/* The object's handle dies (later lookups fail); the object stays. */
+void sw__handle_kill(void *obj);
+/* Kill the handle if live and return the slot to the pool. */
+void sw__pool_put(sw__pool *p, void *obj);
+/* The handle of a live object. */
+uintptr_t sw__handle_of(const sw__pool *p, const void *obj);
+/* The object a handle names while the handle is live, else NULL.  Reads
+ * nothing outside the pool whatever the value. */
+void *sw__handle_lookup(const sw__pool *p, const void *handle);
+
+static inline bool sw__slot_live(const sw__slot *s)
+{
+    return atomic_load_explicit(&s->gen, memory_order_acquire) & 1u;
+}
+
+/* Whether handle (already decoded to s) still names s's live object. */
+static inline bool sw__handle_matches(const sw__slot *s, const void *handle)
+{
+    uint32_t g = atomic_load_explicit(&s->gen, memory_order_acquire);
+    return (g & 1u) &&
+           (g & SW__H_GEN_MASK) ==
+               (uint32_t)(((uintptr_t)handle >> SW__H_GEN_SHIFT) &
+                          SW__H_GEN_MASK);
+}
+
+extern sw__pool sw__buf_pool, sw__lease_pool, sw__queue_pool,
+    sw__event_pool, sw__scope_pool;
+
 #define SW__DEVICE_MAGIC 0x53574456u /* "SWDV" */
-#define SW__BUF_LIVE 0x53574246u     /* a handle the user holds */
-#define SW__BUF_ZOMBIE 0x5357425au   /* user let go; kept for views/pins */
-#define SW__BUF_FREE 0x53574200u     /* slot on the free list */
-#define SW__SCOPE_MAGIC 0x53575053u
-#define SW__LEASE_LIVE 0x5357454cu    /* a live exposure lease */
 #define SW__NOT_IN_HEAP SIZE_MAX
 
-struct sw_buffer {
+typedef struct sw__buf sw__buf;
+typedef struct sw__queue sw__queue;
+typedef struct sw__event sw__event;
+typedef struct sw__scope sw__scope;
+typedef struct sw__lease sw__lease;
+
+struct sw__buf {
     /* The launch path's fields come first, in one cache line. */
-    _Atomic uint32_t magic;
+    sw__slot h;     /* a live handle: the user holds it */
     uint32_t pins;  /* (base) launches and host transfers in progress */
-    _Atomic(sw_device *) dev;
-    sw_buffer *base;   /* itself for a base buffer */
-    size_t offset;     /* byte offset inside the base allocation */
-    uintptr_t mem;     /* (base) backend allocation; 0 when spilled or empty */
+    uint8_t state;  /* (base) sw_buffer_state */
+    bool moving;    /* (base) a spill or restore is copying it */
+    bool external;  /* (base) wraps memory we do not own: never moves */
+    sw__buf *base;  /* itself for a base buffer */
+    size_t offset;  /* byte offset inside the base allocation */
+    uintptr_t mem;  /* (base) backend allocation; 0 when spilled or empty */
     uint64_t last_use; /* (base) LRU key: dev->clock at the last use */
-    uint8_t state;     /* (base) sw_buffer_state */
-    bool moving;       /* (base) a spill or restore is copying it */
-    bool external;     /* (base) wraps memory we do not own: never moves */
     uint32_t user_refs;
     size_t size;       /* bytes visible through this handle */
 
@@ -59,15 +149,31 @@ struct sw_buffer {
     size_t alloc_size; /* size rounded to SW_ALLOC_GRANULARITY */
     uint64_t heap_key; /* last_use when last placed in the LRU heap */
     size_t heap_idx;   /* SW__NOT_IN_HEAP when not spillable now */
-    sw_buffer *tmp_next; /* victim lists while spilling */
+    sw__buf *tmp_next; /* victim lists while spilling */
     /* (base) Queues other than the default that used it since the default
-     * queue last waited for them: bit k is queue id k (see sw_queue). */
+     * queue last waited for them: bit k is queue id k (see sw__queue). */
     uint64_t qmask;
-    sw_buffer *live_prev, *live_next; /* dev->live list of bases */
+    sw__buf *live_prev, *live_next; /* dev->live list of bases */
     char tag[SW_TAG_MAX + 1];
-
-    sw_buffer *slot_next; /* free-slot FIFO */
 };
+
+/* An exposure lease (sw_buffer_expose). */
+struct sw__lease {
+    sw__slot h;
+    sw__buf *base;
+};
+
+/* The buffer a handle names, or NULL (no lock taken: see
+ * sw__buffer_enter for the checked way in). */
+static inline sw__buf *sw__buf_of(const sw_buffer *h)
+{
+    return (sw__buf *)sw__handle_lookup(&sw__buf_pool, h);
+}
+
+static inline sw_buffer *sw__buf_handle(const sw__buf *b)
+{
+    return (sw_buffer *)sw__handle_of(&sw__buf_pool, b);
+}
 
 /* ------------------------------------------------------------------------
  * The cache: freed device blocks kept for reuse, exact rounded size.
@@ -92,11 +198,10 @@ typedef struct sw__cache {
  * Devices
  * ---------------------------------------------------------------------- */
 
-struct sw_peak_scope {
-    uint32_t magic;
-    sw_device *dev;
+struct sw__scope {
+    sw__slot h; /* h.dev: its device */
     uint64_t peak;
-    sw_peak_scope *prev, *next; /* open scopes, in the order opened */
+    sw__scope *prev, *next; /* open scopes, in the order opened */
 };
 
 typedef struct sw__fault {
@@ -123,7 +228,7 @@ struct sw_pressure {
 };
 
 struct sw_device {
-    uint32_t magic;
+    _Atomic uint32_t magic;
     pthread_mutex_t lock;
     _Atomic(pthread_t) owner; /* for lock assertions */
     _Atomic int owned;
@@ -151,7 +256,7 @@ struct sw_device {
      * while there are any. */
     uint32_t waiting;
     /* Spillable buffers: resident, owned, unexposed, nonempty. */
-    sw_buffer **heap;
+    sw__buf **heap;
     size_t heap_len, heap_cap;
     uint64_t heap_bytes; /* their alloc sizes: what could be spilled */
     pthread_cond_t moved; /* a spill or restore finished */
@@ -163,16 +268,16 @@ struct sw_device {
     size_t hpool_n;
     uint64_t hpool_bytes;
     sw__callback callbacks[SW_MAX_PRESSURE_CALLBACKS];
-    sw_queue *queues; /* live and dying queues */
+    sw__queue *queues; /* live and dying queues */
     size_t live_queues;
     uint64_t qids; /* ids in use (bit k) */
-    sw_buffer *live; /* live base buffers */
+    sw__buf *live; /* live base buffers */
     size_t live_count;
     /* Freed bases whose memory awaits ordering after other queues
      * (buffer.c, sw__unpark_locked), linked through live_next. */
-    sw_buffer *parked;
+    sw__buf *parked;
     size_t parked_count;
-    sw_peak_scope *scope_first, *scope_last;
+    sw__scope *scope_first, *scope_last;
     sw__cache cache;
     sw__fault fault[3]; /* by sw_fault_op */
 
@@ -193,17 +298,17 @@ typedef struct sw__task {
     sw__bevent *after; /* the queue's work before the task */
     void (*fn)(void *);
     void *arg;
-    sw_event *done; /* completed when fn returns */
+    sw__event *done; /* completed when fn returns */
 } sw__task;
 
-struct sw_queue {
-    _Atomic uint32_t magic;
-    sw_device *dev;
+struct sw__queue {
+    sw__slot h; /* h.dev: its device */
+    sw_device *dev; /* = h.dev, read under the lock */
     sw__bqueue *bq;
     uint32_t refs; /* under the device lock */
     int id;
     bool dying; /* last reference gone; destroyed once idle */
-    sw_queue *prev, *next; /* dev->queues */
+    sw__queue *prev, *next; /* dev->queues */
     /* Host tasks run in order on the queue's own runner thread, started
      * at the first task.  `tlock` is a leaf lock. */
     pthread_mutex_t tlock;
@@ -214,27 +319,28 @@ struct sw_queue {
     pthread_t runner;
 };
 
-struct sw_event {
-    _Atomic uint32_t magic;
+struct sw__event {
+    sw__slot h;
+    /* A host task's completion; initialised once per slot (kept across
+     * reuse: the pool's `keep` ends here). */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
     _Atomic uint32_t refs;
     const sw__backend_ops *ops;
     sw__bevent *bev; /* a backend event; NULL for a host task's */
-    /* A host task's completion. */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
     bool done;
     int rc;
-    sw_event *pool_next;
 };
 
 /* Make base usable by work on q (NULL: the default queue): orders q
  * after the default queue's earlier work on it, or the default queue
  * after other queues' work on it.  Never blocks. */
-int sw__order_use_locked(sw_device *dev, sw_buffer *base, sw_queue *q);
+int sw__order_use_locked(sw_device *dev, sw__buf *base, sw__queue *q);
 /* Validate q and take its device's lock (a dying queue is refused). */
-int sw__queue_enter(sw_queue *q);
-/* Validate q as a live queue of dev, whose lock is held. */
-int sw__queue_check_locked(sw_device *dev, sw_queue *q);
+int sw__queue_enter(const sw_queue *h, sw__queue **q);
+/* Validate a queue handle as a live queue of dev, whose lock is held. */
+int sw__queue_check_locked(sw_device *dev, const sw_queue *h,
+                           sw__queue **q);
 /* Destroy the dying queues whose work is done (drops and re-takes the
  * lock); with wait, wait for their work first. */
 void sw__reap_queues_locked(sw_device *dev, bool wait);
@@ -252,11 +358,14 @@ bool sw__held(sw_device *dev);
 /* Validate a device handle and take its lock; on failure returns the error
  * with the message set and the lock not held. */
 int sw__device_enter(sw_device *dev);
+/* dev is one of the registry's devices (checked by address: nothing is
+ * read through a foreign pointer). */
+bool sw__device_valid(const sw_device *dev);
 /* Validate a buffer handle, take its device's lock and return the device. */
-int sw__buffer_enter(sw_buffer *buf, sw_device **dev);
+int sw__buffer_enter(const sw_buffer *h, sw__buf **buf, sw_device **dev);
 /* Validate a buffer while dev is already locked (multi-buffer calls). */
-int sw__buffer_check_locked(sw_device *dev, sw_buffer *buf,
-                            const char *what);
+int sw__buffer_check_locked(sw_device *dev, const sw_buffer *h,
+                            const char *what, sw__buf **buf);
 
 /* ------------------------------------------------------------------------
  * Core services (device.c, buffer.c, stats.c)
@@ -267,15 +376,23 @@ void sw__note_in_use_locked(sw_device *dev, uint64_t delta);
 /* Release every cached block to the backend. */
 void sw__cache_drain_locked(sw_device *dev);
 void sw__cache_init(sw__cache *c);
+/* A new base's fields (not its handle or device). */
+void sw__buf_init_base(sw__buf *b, size_t size, const char *tag);
+/* Link a new base into dev->live (the buffers a close or report sees). */
+void sw__live_link_locked(sw_device *dev, sw__buf *b);
 /* Pins keep a base alive and in place; unpinning may release it. */
-void sw__unpin_locked(sw_device *dev, sw_buffer *base);
+void sw__unpin_locked(sw_device *dev, sw__buf *base);
 /* Release a base nothing refers to any more (no handle, view, pin, lease
  * or move in progress); otherwise do nothing. */
-void sw__maybe_release_locked(sw_device *dev, sw_buffer *base);
+void sw__maybe_release_locked(sw_device *dev, sw__buf *base);
 /* Release parked bases that can now be ordered after other queues' work,
  * or all of them when every queue is known idle (queues_idle). */
 void sw__unpark_locked(sw_device *dev, bool queues_idle);
 void sw__cache_put_locked(sw_device *dev, uintptr_t mem, size_t size);
+/* Take a cached block of exactly size bytes (the most recently freed). */
+bool sw__cache_take_locked(sw_device *dev, size_t size, uintptr_t *mem);
+/* Give the oldest cached block back to the backend.  pre: cache nonempty. */
+void sw__cache_trim_oldest_locked(sw_device *dev);
 /* The allocation ladder: device memory of size bytes (rounded, > 0);
  * request is the caller's size, for messages.  May release the lock. */
 int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
@@ -283,7 +400,7 @@ int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
 /* Make n buffers resident and pin them for work on q (NULL: the default
  * queue) (launch.c); fills ptrs if not NULL.  On failure nothing stays
  * pinned. */
-int sw__pin_all_locked(sw_device *dev, sw_queue *q, sw_buffer *const *bufs,
+int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
                        size_t n, sw_devmem *ptrs);
 /* Run the pressure callbacks; true if one may have freed memory. */
 bool sw__run_callbacks_locked(sw_device *dev, size_t bytes);
@@ -294,8 +411,8 @@ bool sw__run_callbacks_locked(sw_device *dev, size_t bytes);
 
 /* Make base spillable (or not).  Insertion never fails: without host
  * memory to grow the heap, the buffer just stays unspillable. */
-void sw__lru_insert_locked(sw_device *dev, sw_buffer *b);
-void sw__lru_remove_locked(sw_device *dev, sw_buffer *b);
+void sw__lru_insert_locked(sw_device *dev, sw__buf *b);
+void sw__lru_remove_locked(sw_device *dev, sw__buf *b);
 /* Spill least-recently-used unpinned buffers until at least need bytes of
  * device memory went to the cache; *spilled says how much did.  SW_OK with
  * *spilled == 0 means nothing was left to spill.  A failed copy out leaves
@@ -303,9 +420,9 @@ void sw__lru_remove_locked(sw_device *dev, sw_buffer *b);
 int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled);
 /* Bring a spilled base back (may spill others, never base itself; may
  * release the lock).  On failure the host copy is kept. */
-int sw__make_resident_locked(sw_device *dev, sw_buffer *base);
+int sw__make_resident_locked(sw_device *dev, sw__buf *base);
 /* Wait (lock released) until no spill or restore is moving base. */
-void sw__wait_stable_locked(sw_device *dev, sw_buffer *base);
+void sw__wait_stable_locked(sw_device *dev, sw__buf *base);
 /* Host memory for spilled copies, from the pool when it has that size. */
 void *sw__host_get_locked(sw_device *dev, size_t size);
 void sw__host_put_locked(sw_device *dev, void *p, size_t size);

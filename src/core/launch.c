@@ -12,11 +12,11 @@
 
 /* Whether the distinct owned bases of a launch fit the device (or the
  * budget) together; if not, the message says so before anything moves. */
-static int check_fit_locked(sw_device *dev, sw_buffer *const *bufs, size_t n)
+static int check_fit_locked(sw_device *dev, sw__buf *const *bufs, size_t n)
 {
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        sw_buffer *b = bufs[i]->base;
+        sw__buf *b = bufs[i]->base;
         bool seen = b->external;
         for (size_t j = 0; j < i && !seen; j++)
             seen = bufs[j]->base == b;
@@ -39,39 +39,20 @@ static int check_fit_locked(sw_device *dev, sw_buffer *const *bufs, size_t n)
     return rc;
 }
 
-/* Make every argument resident and pin it.  The warm path (all resident)
- * costs a handle check, one state check and a counter update per
- * argument; restoring a spilled one pins the others first, so that making
- * room for it can never spill them. */
-/* The common case of sw__buffer_check_locked, inlined for the warm path;
- * the full check runs only to report an error. */
-static inline bool arg_ok(sw_device *dev, sw_buffer *b)
-{
-    return b != NULL &&
-           atomic_load_explicit(&b->magic, memory_order_relaxed) ==
-               SW__BUF_LIVE &&
-           atomic_load_explicit(&b->dev, memory_order_relaxed) == dev;
-}
-
-static int arg_error(sw_device *dev, sw_buffer *b, size_t i)
-{
-    int rc = sw__buffer_check_locked(dev, b, "launch argument");
-    sw__error_append(" (argument %zu)", i);
-    return rc;
-}
-
-int sw__pin_all_locked(sw_device *dev, sw_queue *q, sw_buffer *const *bufs,
+/* Make every argument resident and pin it.  pre: every argument is a
+ * live buffer of dev (validated by the caller, so that a bad argument
+ * fails before anything moves).  The warm path (all resident) costs one
+ * state check and a counter update per argument; restoring a spilled one
+ * pins the others first, so that making room for it can never spill
+ * them. */
+int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
                        size_t n, sw_devmem *ptrs)
 {
     int rc = SW_OK;
     bool checked_fit = false;
     size_t i;
     for (i = 0; i < n; i++) {
-        if (!arg_ok(dev, bufs[i])) {
-            rc = arg_error(dev, bufs[i], i);
-            break;
-        }
-        sw_buffer *base = bufs[i]->base;
+        sw__buf *base = bufs[i]->base;
         if (base->state != SW_RESIDENT || base->moving) {
             if (!checked_fit) {
                 checked_fit = true;
@@ -103,9 +84,55 @@ int sw__pin_all_locked(sw_device *dev, sw_queue *q, sw_buffer *const *bufs,
     /* Pointers last: a restore of a later argument may not move an
      * earlier (pinned) one, but reading them once is simplest. */
     for (i = 0; ptrs != NULL && i < n; i++) {
-        sw_buffer *base = bufs[i]->base;
+        sw__buf *base = bufs[i]->base;
         ptrs[i].base = base->mem;
         ptrs[i].offset = base->mem ? bufs[i]->offset : 0;
+    }
+    return SW_OK;
+}
+
+/* Launch arguments decoded and checked, every one, before anything
+ * moves: a failed call changes nothing.  Up to ARGS_ON_STACK need no host
+ * memory. */
+#define ARGS_ON_STACK 16
+
+typedef struct {
+    sw__buf **v;
+    sw__buf *stack[ARGS_ON_STACK];
+} launch_args;
+
+static void args_free(launch_args *a)
+{
+    if (a->v != a->stack)
+        sw__free(a->v);
+}
+
+static int args_decode_locked(sw_device *dev, sw_buffer *const *h, size_t n,
+                              launch_args *a)
+{
+    a->v = a->stack;
+    if (n > ARGS_ON_STACK) {
+        a->v = sw__malloc(n * sizeof *a->v);
+        if (a->v == NULL)
+            return sw__errorf(SW_ERR_HOST_OOM, "no host memory for the %zu "
+                              "arguments of a launch", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        sw__buf *b = sw__buf_of(h[i]);
+        /* The warm path: a live handle on this device.  The full check
+         * runs only to say what is wrong. */
+        if (b != NULL &&
+            atomic_load_explicit(&b->h.dev, memory_order_relaxed) == dev) {
+            a->v[i] = b;
+            continue;
+        }
+        int rc = sw__buffer_check_locked(dev, h[i], "launch argument", &b);
+        if (rc == SW_OK) /* freed and reused onto dev meanwhile */
+            rc = sw__errorf(SW_ERR_INVALID_HANDLE, "launch argument %p was "
+                            "freed", (const void *)h[i]);
+        sw__error_append(" (argument %zu)", i);
+        args_free(a);
+        return rc;
     }
     return SW_OK;
 }
@@ -120,7 +147,12 @@ SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
     int rc = sw__device_enter(dev);
     if (rc != SW_OK)
         return rc;
-    rc = sw__pin_all_locked(dev, NULL, bufs, n, ptrs);
+    launch_args a;
+    rc = args_decode_locked(dev, bufs, n, &a);
+    if (rc == SW_OK) {
+        rc = sw__pin_all_locked(dev, NULL, a.v, n, ptrs);
+        args_free(&a);
+    }
     sw__unlock(dev);
     if (rc != SW_OK && ptrs != NULL)
         memset(ptrs, 0, n * sizeof *ptrs);
@@ -135,23 +167,27 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
     if (rc != SW_OK)
         return rc;
     /* Check everything first, so that a bad array unpins nothing. */
-    for (size_t i = 0; i < n; i++) {
-        rc = arg_ok(dev, bufs[i]) ? SW_OK : arg_error(dev, bufs[i], i);
-        if (rc == SW_OK && bufs[i]->base->pins == 0)
+    launch_args a;
+    rc = args_decode_locked(dev, bufs, n, &a);
+    for (size_t i = 0; rc == SW_OK && i < n; i++) {
+        if (a.v[i]->base->pins == 0) {
             rc = sw__errorf(SW_ERR_INVALID_ARG, "launch argument %zu is "
                             "not pinned: sw_launch_end without a matching "
                             "sw_launch_begin", i);
-        if (rc != SW_OK) {
-            sw__unlock(dev);
-            return rc;
+            args_free(&a);
         }
     }
+    if (rc != SW_OK) {
+        sw__unlock(dev);
+        return rc;
+    }
     for (size_t i = 0; i < n; i++) {
-        sw_buffer *base = bufs[i]->base;
+        sw__buf *base = a.v[i]->base;
         /* Release only matters when the last pin of a freed buffer goes. */
         if (--base->pins == 0)
             sw__maybe_release_locked(dev, base);
     }
+    args_free(&a);
     sw__unlock(dev);
     return SW_OK;
 }
@@ -210,7 +246,7 @@ static int check_kernel(const sw_kernel_args *a)
     return SW_OK;
 }
 
-static int launch_kernel(sw_device *dev, sw_queue *q,
+static int launch_kernel(sw_device *dev, sw__queue *q,
                          const sw_kernel_args *args)
 {
     sw__bqueue *bq = q ? q->bq : dev->q;
@@ -238,12 +274,13 @@ SW_API int sw_launch_kernel(sw_device *dev, const sw_kernel_args *args)
     return rc;
 }
 
-SW_API int sw_launch_kernel_q(sw_queue *q, const sw_kernel_args *args)
+SW_API int sw_launch_kernel_q(sw_queue *qh, const sw_kernel_args *args)
 {
     int rc = check_kernel(args);
     if (rc != SW_OK)
         return rc;
-    rc = sw__queue_enter(q);
+    sw__queue *q;
+    rc = sw__queue_enter(qh, &q);
     if (rc != SW_OK)
         return rc;
     rc = launch_kernel(q->dev, q, args);
@@ -260,9 +297,9 @@ SW_API int sw_launch_kernel_q(sw_queue *q, const sw_kernel_args *args)
  * aligned to them (as check_kernel does for raw launches).  A spilled
  * base comes back at an allocation's start, which every backend aligns to
  * at least SW_ALLOC_GRANULARITY, so its offset decides. */
-static int check_operands_locked(sw_device *dev, sw_buffer *const *bufs,
-                                 size_t nbufs, sw_dtype dtype, size_t n,
-                                 unsigned typed)
+static int check_operands_locked(sw_device *dev, sw_buffer *const *h,
+                                 sw__buf **bufs, size_t nbufs,
+                                 sw_dtype dtype, size_t n, unsigned typed)
 {
     size_t es = sw_dtype_size(dtype);
     if (es == 0)
@@ -272,7 +309,7 @@ static int check_operands_locked(sw_device *dev, sw_buffer *const *bufs,
                           "overflow", n, es);
     static const char *names[] = {"operand 0", "operand 1", "operand 2"};
     for (size_t i = 0; i < nbufs; i++) {
-        int rc = sw__buffer_check_locked(dev, bufs[i], names[i]);
+        int rc = sw__buffer_check_locked(dev, h[i], names[i], &bufs[i]);
         if (rc != SW_OK)
             return rc;
         if (bufs[i]->size < n * es)
@@ -291,18 +328,22 @@ static int check_operands_locked(sw_device *dev, sw_buffer *const *bufs,
 
 /* One lock acquisition: check, pin, queue, unpin.  Unpinning right after
  * queueing is safe: frees and reuse are stream-ordered after the kernel. */
-static int run_op(sw_queue *q, sw_kernel k, sw_buffer *out, sw_buffer *a,
-                  sw_buffer *b, sw_scalar alpha, sw_dtype dtype, size_t n)
+static int run_op(const sw_queue *qh, sw_kernel k, sw_buffer *out,
+                  sw_buffer *a, sw_buffer *b, sw_scalar alpha, sw_dtype dtype,
+                  size_t n)
 {
+    sw__buf *first;
+    sw__queue *q = NULL;
     sw_device *dev;
-    int rc = sw__buffer_enter(out, &dev);
+    int rc = sw__buffer_enter(out, &first, &dev);
     if (rc != SW_OK)
         return rc;
-    if (q != NULL && (rc = sw__queue_check_locked(dev, q)) != SW_OK)
+    if (qh != NULL && (rc = sw__queue_check_locked(dev, qh, &q)) != SW_OK)
         goto out;
-    sw_buffer *bufs[3] = {out, a, b};
+    sw_buffer *h[3] = {out, a, b};
+    sw__buf *bufs[3] = {first, NULL, NULL};
     size_t nbufs = b ? 3 : a ? 2 : 1;
-    rc = check_operands_locked(dev, bufs, nbufs, dtype, n,
+    rc = check_operands_locked(dev, h, bufs, nbufs, dtype, n,
                                k == SW_KERNEL_FILL ? 0u : 7u);
     if (rc != SW_OK || n == 0)
         goto out;
@@ -316,9 +357,9 @@ static int run_op(sw_queue *q, sw_kernel k, sw_buffer *out, sw_buffer *a,
     args.dtype = dtype;
     args.n = n;
     args.out = p[0];
-    if (a)
+    if (nbufs > 1)
         args.a = p[1];
-    if (b)
+    if (nbufs > 2)
         args.b = p[2];
     args.alpha = alpha;
     rc = sw__b_launch(dev, q ? q->bq : dev->q, &args);
@@ -362,7 +403,7 @@ SW_API int sw_op_axpy(sw_scalar alpha, sw_buffer *x, sw_buffer *y,
 
 /* The same on a queue.  A NULL queue is an error here (not the default),
  * so that a lost handle is not silently taken for the default queue. */
-static int need_queue(sw_queue *q)
+static int need_queue(const sw_queue *q)
 {
     return q == NULL ? sw__errorf(SW_ERR_INVALID_ARG, "queue is NULL")
                      : SW_OK;
@@ -431,39 +472,48 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
         return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
     out->i = 0;
     sw_buffer *tmp = NULL; /* before any goto: `out:` frees it */
+    sw__buf *bufs[2] = {NULL, NULL}; /* the operand, and tmp if any */
+    size_t nbufs = 1;
     sw_device *dev;
-    int rc = sw__buffer_enter(a, &dev);
+    int rc = sw__buffer_enter(a, &bufs[0], &dev);
     if (rc != SW_OK)
         return rc;
-    rc = check_operands_locked(dev, &a, 1, dtype, n, 1u);
+    rc = check_operands_locked(dev, &a, bufs, 1, dtype, n, 1u);
     if (rc != SW_OK || n == 0)
         goto out; /* the sum of nothing is 0 */
     int slot = scratch_take_locked(dev);
-    sw_devmem dst;
-    if (slot >= 0) {
-        dst.base = dev->scratch;
-        dst.offset = (size_t)slot * 8;
-    } else {
+    if (slot < 0) {
         /* Every scratch slot is busy (many concurrent sums): use a
-         * temporary buffer, which is accounted like any other. */
+         * temporary buffer, which is accounted like any other.  The lock
+         * was released meanwhile, so the operand is checked again. */
         sw__unlock(dev);
         rc = sw_buffer_alloc(dev, 8, "sum result", &tmp);
         if (rc != SW_OK)
             return rc;
         sw__lock(dev);
-        dst.base = tmp->mem;
-        dst.offset = 0;
+        rc = check_operands_locked(dev, &a, bufs, 1, dtype, n, 1u);
+        if (rc != SW_OK)
+            goto out;
+        bufs[1] = sw__buf_of(tmp); /* ours, and we hold its lock */
+        nbufs = 2;
     }
-    sw_devmem src;
-    rc = sw__pin_all_locked(dev, NULL, &a, 1, &src);
+    sw_devmem p[2];
+    rc = sw__pin_all_locked(dev, NULL, bufs, nbufs, p);
     if (rc != SW_OK)
         goto release;
+    sw_devmem dst;
+    if (slot >= 0) {
+        dst.base = dev->scratch;
+        dst.offset = (size_t)slot * 8;
+    } else {
+        dst = p[1];
+    }
     sw_kernel_args args;
     memset(&args, 0, sizeof args);
     args.kernel = SW_KERNEL_SUM;
     args.dtype = dtype;
     args.n = n;
-    args.a = src;
+    args.a = p[0];
     args.out = dst;
     sw_scalar result = {.i = 0};
     rc = sw__b_launch(dev, dev->q, &args);
@@ -477,7 +527,8 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
         else
             (void)sw__wait_idle_locked(dev);
     }
-    sw__unpin_locked(dev, a->base);
+    for (size_t i = 0; i < nbufs; i++)
+        sw__unpin_locked(dev, bufs[i]->base);
     if (rc == SW_OK)
         *out = result;
 release:

@@ -20,81 +20,73 @@
 #include <string.h>
 #include <time.h>
 
-#define SW__QUEUE_MAGIC 0x53575155u /* "SWQU" */
-#define SW__EVENT_MAGIC 0x53574556u /* "SWEV" */
-
 /* ------------------------------------------------------------------------
  * Events
  *
- * Event structs are type-stable (never freed; reused after a quarantine)
- * so that a released event handle is detected, not read after free.
+ * Event structs come from the handle pool (handle.c): a released event's
+ * handle is detected, never read after free or taken for another.  The
+ * mutex and condition of a host task's completion are set up once per
+ * slot and kept across reuse.
  * ---------------------------------------------------------------------- */
 
-#define EVENT_QUARANTINE 256u
-
-static pthread_mutex_t event_pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static sw_event *event_head, *event_tail;
-static size_t event_free;
-
-static sw_event *event_new(const sw__backend_ops *ops, sw__bevent *bev)
+static void event_slot_init(void *obj)
 {
-    sw_event *e = NULL;
-    pthread_mutex_lock(&event_pool_lock);
-    if (event_free > EVENT_QUARANTINE) {
-        e = event_head;
-        event_head = e->pool_next;
-        if (event_head == NULL)
-            event_tail = NULL;
-        event_free--;
-    }
-    pthread_mutex_unlock(&event_pool_lock);
-    if (e == NULL) {
-        e = calloc(1, sizeof *e);
-        if (e == NULL)
-            return NULL;
-        pthread_mutex_init(&e->mu, NULL);
-        pthread_cond_init(&e->cv, NULL);
-    }
+    sw__event *e = obj;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+}
+
+sw__pool sw__event_pool =
+    SW__POOL_INIT(SW__H_EVENT, sw__event, offsetof(sw__event, refs),
+                  event_slot_init);
+
+static sw__event *event_new(const sw__backend_ops *ops, sw__bevent *bev)
+{
+    sw__event *e = sw__pool_get(&sw__event_pool);
+    if (e == NULL)
+        return NULL;
     e->ops = ops;
     e->bev = bev;
     e->done = false;
     e->rc = SW_OK;
-    e->pool_next = NULL;
-    atomic_store_explicit(&e->refs, 1, memory_order_relaxed);
-    atomic_store_explicit(&e->magic, SW__EVENT_MAGIC, memory_order_release);
+    atomic_store_explicit(&e->refs, 1, memory_order_release);
     return e;
 }
 
-static void event_unref(sw_event *e)
+static sw_event *event_handle(const sw__event *e)
+{
+    return (sw_event *)sw__handle_of(&sw__event_pool, e);
+}
+
+static void event_unref(sw__event *e)
 {
     if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1)
         return;
-    atomic_store_explicit(&e->magic, 0, memory_order_release);
+    sw__handle_kill(e);
     if (e->bev != NULL)
         sw__b_event_release(e->ops, e->bev);
     e->bev = NULL;
-    pthread_mutex_lock(&event_pool_lock);
-    if (event_tail)
-        event_tail->pool_next = e;
-    else
-        event_head = e;
-    event_tail = e;
-    event_free++;
-    pthread_mutex_unlock(&event_pool_lock);
+    sw__pool_put(&sw__event_pool, e);
 }
 
-static int event_check(sw_event *e)
+/* The event a handle names.  References are atomic, so a release on
+ * another thread can race with this: as with any handle, using one while
+ * another thread releases it is the caller's error; the generation check
+ * still catches every release that happened before. */
+static int event_check(const sw_event *h, sw__event **out)
 {
-    if (e == NULL)
+    *out = NULL;
+    if (h == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "event is NULL");
-    if (atomic_load_explicit(&e->magic, memory_order_acquire) !=
-        SW__EVENT_MAGIC)
+    sw__event *e = sw__handle_lookup(&sw__event_pool, h);
+    if (e == NULL)
         return sw__errorf(SW_ERR_INVALID_HANDLE, "event %p was released or "
-                          "is not a spillway event", (void *)e);
+                          "is not a spillway event", (const void *)h);
+    *out = e;
     return SW_OK;
 }
 
-static void event_complete(sw_event *e, int rc)
+static void event_complete(sw__event *e, int rc)
 {
     pthread_mutex_lock(&e->mu);
     e->done = true;
@@ -103,55 +95,65 @@ static void event_complete(sw_event *e, int rc)
     pthread_mutex_unlock(&e->mu);
 }
 
-SW_API int sw_event_query(sw_event *ev, int *done)
+static int event_query(sw__event *ev, int *done)
 {
-    if (done == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG, "done is NULL");
-    *done = 0;
-    int rc = event_check(ev);
-    if (rc != SW_OK)
-        return rc;
     if (ev->bev != NULL) {
-        rc = sw__b_event_query(ev->ops, ev->bev, done);
+        int rc = sw__b_event_query(ev->ops, ev->bev, done);
         if (rc != SW_OK)
             *done = 1;
         return rc;
     }
     pthread_mutex_lock(&ev->mu);
     *done = ev->done;
-    rc = ev->done ? ev->rc : SW_OK;
+    int rc = ev->done ? ev->rc : SW_OK;
     pthread_mutex_unlock(&ev->mu);
     return rc;
 }
 
-SW_API int sw_event_wait(sw_event *ev)
+static int event_wait(sw__event *ev)
 {
-    int rc = event_check(ev);
-    if (rc != SW_OK)
-        return rc;
     if (ev->bev != NULL)
         return sw__b_event_wait(ev->ops, ev->bev);
     pthread_mutex_lock(&ev->mu);
     while (!ev->done)
         pthread_cond_wait(&ev->cv, &ev->mu);
-    rc = ev->rc;
+    int rc = ev->rc;
     pthread_mutex_unlock(&ev->mu);
     return rc;
 }
 
-SW_API int sw_event_retain(sw_event *ev)
+SW_API int sw_event_query(sw_event *h, int *done)
 {
-    int rc = event_check(ev);
+    if (done == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "done is NULL");
+    *done = 0;
+    sw__event *ev;
+    int rc = event_check(h, &ev);
+    return rc != SW_OK ? rc : event_query(ev, done);
+}
+
+SW_API int sw_event_wait(sw_event *h)
+{
+    sw__event *ev;
+    int rc = event_check(h, &ev);
+    return rc != SW_OK ? rc : event_wait(ev);
+}
+
+SW_API int sw_event_retain(sw_event *h)
+{
+    sw__event *ev;
+    int rc = event_check(h, &ev);
     if (rc == SW_OK)
         atomic_fetch_add_explicit(&ev->refs, 1, memory_order_relaxed);
     return rc;
 }
 
-SW_API int sw_event_release(sw_event *ev)
+SW_API int sw_event_release(sw_event *h)
 {
-    if (ev == NULL)
+    if (h == NULL)
         return SW_OK;
-    int rc = event_check(ev);
+    sw__event *ev;
+    int rc = event_check(h, &ev);
     if (rc == SW_OK)
         event_unref(ev);
     return rc;
@@ -159,82 +161,66 @@ SW_API int sw_event_release(sw_event *ev)
 
 /* ------------------------------------------------------------------------
  * Queue handles
+ *
+ * Queue structs come from the handle pool too.  A queue's handle dies
+ * when its last reference is released (it is then `dying`: destroyed once
+ * idle), so a released queue is reported at once.
  * ---------------------------------------------------------------------- */
 
-int sw__queue_enter(sw_queue *q)
+sw__pool sw__queue_pool =
+    SW__POOL_INIT(SW__H_QUEUE, sw__queue, sizeof(sw__slot), NULL);
+
+static int dead_queue(const sw_queue *h)
 {
-    if (q == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG, "queue is NULL");
-    if (atomic_load_explicit(&q->magic, memory_order_acquire) !=
-        SW__QUEUE_MAGIC)
-        return sw__errorf(SW_ERR_INVALID_HANDLE, "queue %p was released or "
-                          "is not a spillway queue", (void *)q);
-    int rc = sw__device_enter(q->dev);
-    if (rc != SW_OK)
-        return rc;
-    if (q->dying) {
-        sw__unlock(q->dev);
-        return sw__errorf(SW_ERR_INVALID_HANDLE, "queue %p was released",
-                          (void *)q);
-    }
-    return SW_OK;
+    return sw__errorf(SW_ERR_INVALID_HANDLE, "queue %p was released or is "
+                      "not a spillway queue", (const void *)h);
 }
 
-int sw__queue_check_locked(sw_device *dev, sw_queue *q)
+int sw__queue_enter(const sw_queue *h, sw__queue **out)
+{
+    *out = NULL;
+    if (h == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "queue is NULL");
+    for (;;) {
+        sw__queue *q = sw__handle_lookup(&sw__queue_pool, h);
+        sw_device *dev = q ? atomic_load_explicit(&q->h.dev,
+                                                  memory_order_acquire)
+                           : NULL;
+        if (!sw__device_valid(dev))
+            return dead_queue(h);
+        int rc = sw__device_enter(dev);
+        if (rc != SW_OK)
+            return rc;
+        if (sw__handle_matches(&q->h, h) &&
+            atomic_load_explicit(&q->h.dev, memory_order_relaxed) == dev) {
+            *out = q;
+            return SW_OK;
+        }
+        sw__unlock(dev); /* released meanwhile: the lookup says so */
+    }
+}
+
+int sw__queue_check_locked(sw_device *dev, const sw_queue *h,
+                           sw__queue **out)
 {
     sw__assert_locked(dev);
-    if (q == NULL)
+    *out = NULL;
+    if (h == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "queue is NULL");
-    if (atomic_load_explicit(&q->magic, memory_order_acquire) !=
-            SW__QUEUE_MAGIC ||
-        q->dying)
-        return sw__errorf(SW_ERR_INVALID_HANDLE, "queue %p was released or "
-                          "is not a spillway queue", (void *)q);
-    if (q->dev != dev)
-        return sw__errorf(SW_ERR_INVALID_ARG, "the queue is on %s, the "
-                          "buffers on %s", q->dev->name, dev->name);
-    return SW_OK;
-}
-
-/* Queue structs are type-stable like every handle: a destroyed queue's
- * struct waits behind QUEUE_QUARANTINE others before reuse, so a stale
- * handle reads a cleared magic rather than freed memory. */
-#define QUEUE_QUARANTINE 64u
-
-static pthread_mutex_t queue_pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static sw_queue *queue_pool_head, *queue_pool_tail;
-static size_t queue_pool_len;
-
-static sw_queue *queue_struct_get(void)
-{
-    sw_queue *q = NULL;
-    pthread_mutex_lock(&queue_pool_lock);
-    if (queue_pool_len > QUEUE_QUARANTINE) {
-        q = queue_pool_head;
-        queue_pool_head = q->next;
-        if (queue_pool_head == NULL)
-            queue_pool_tail = NULL;
-        queue_pool_len--;
-    }
-    pthread_mutex_unlock(&queue_pool_lock);
+    sw__queue *q = sw__handle_lookup(&sw__queue_pool, h);
     if (q == NULL)
-        return calloc(1, sizeof *q);
-    memset((char *)q + sizeof q->magic, 0, sizeof *q - sizeof q->magic);
-    return q;
-}
-
-static void queue_struct_put(sw_queue *q)
-{
-    atomic_store_explicit(&q->magic, 0, memory_order_release);
-    pthread_mutex_lock(&queue_pool_lock);
-    q->next = NULL;
-    if (queue_pool_tail)
-        queue_pool_tail->next = q;
-    else
-        queue_pool_head = q;
-    queue_pool_tail = q;
-    queue_pool_len++;
-    pthread_mutex_unlock(&queue_pool_lock);
+        return dead_queue(h);
+    sw_device *other = atomic_load_explicit(&q->h.dev, memory_order_relaxed);
+    if (other != dev) {
+        if (!sw__device_valid(other))
+            return dead_queue(h);
+        return sw__errorf(SW_ERR_INVALID_ARG, "the queue is on %s, the "
+                          "buffers on %s", sw_device_name(other), dev->name);
+    }
+    if (!sw__handle_matches(&q->h, h))
+        return dead_queue(h);
+    *out = q;
+    return SW_OK;
 }
 
 static int take_qid_locked(sw_device *dev)
@@ -253,13 +239,13 @@ SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
     if (out == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
-    sw_queue *q = queue_struct_get();
-    if (q == NULL)
-        return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a queue");
     int rc = sw__device_enter(dev);
-    if (rc != SW_OK) {
-        queue_struct_put(q);
+    if (rc != SW_OK)
         return rc;
+    sw__queue *q = sw__pool_get(&sw__queue_pool);
+    if (q == NULL) {
+        sw__unlock(dev);
+        return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a queue");
     }
     /* Dead queues are destroyed here, so a loop that creates queues keeps
      * only those with work still running. */
@@ -277,7 +263,7 @@ SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
             rc = sw__b_queue_create(dev, &q->bq);
         for (int i = 0; rc == SW_ERR_OOM && i < 200; i++) {
             bool any = false;
-            for (sw_queue *o = dev->queues; o && !any; o = o->next)
+            for (sw__queue *o = dev->queues; o && !any; o = o->next)
                 any = o->dying;
             if (!any)
                 break;
@@ -293,9 +279,10 @@ SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
     }
     if (rc != SW_OK) {
         sw__unlock(dev);
-        queue_struct_put(q);
+        sw__pool_put(&sw__queue_pool, q);
         return rc;
     }
+    atomic_store_explicit(&q->h.dev, dev, memory_order_release);
     q->dev = dev;
     q->refs = 1;
     q->id = take_qid_locked(dev);
@@ -306,33 +293,40 @@ SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
         dev->queues->prev = q;
     dev->queues = q;
     dev->live_queues++;
-    atomic_store_explicit(&q->magic, SW__QUEUE_MAGIC, memory_order_release);
+    *out = (sw_queue *)sw__handle_of(&sw__queue_pool, q);
     sw__unlock(dev);
-    *out = q;
     return SW_OK;
 }
 
-SW_API int sw_queue_retain(sw_queue *q)
+SW_API int sw_queue_retain(sw_queue *h)
 {
-    int rc = sw__queue_enter(q);
+    sw__queue *q;
+    int rc = sw__queue_enter(h, &q);
     if (rc != SW_OK)
         return rc;
-    q->refs++;
+    if (q->refs == UINT32_MAX)
+        rc = sw__errorf(SW_ERR_TOO_LARGE, "too many references to one "
+                        "queue");
+    else
+        q->refs++;
     sw__unlock(q->dev);
-    return SW_OK;
+    return rc;
 }
 
-SW_API int sw_queue_release(sw_queue *q)
+SW_API int sw_queue_release(sw_queue *h)
 {
-    if (q == NULL)
+    if (h == NULL)
         return SW_OK;
-    int rc = sw__queue_enter(q);
+    sw__queue *q;
+    int rc = sw__queue_enter(h, &q);
     if (rc != SW_OK)
         return rc;
     sw_device *dev = q->dev;
     if (--q->refs == 0) {
         /* Never wait here: the last reference is often dropped inside
-         * one of the queue's own host tasks. */
+         * one of the queue's own host tasks.  The handle dies now; the
+         * queue is destroyed once idle (sw__reap_queues_locked). */
+        sw__handle_kill(q);
         q->dying = true;
         dev->live_queues--;
     }
@@ -340,12 +334,13 @@ SW_API int sw_queue_release(sw_queue *q)
     return SW_OK;
 }
 
-SW_API int sw_queue_device(sw_queue *q, sw_device **dev)
+SW_API int sw_queue_device(sw_queue *h, sw_device **dev)
 {
     if (dev == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "dev is NULL");
     *dev = NULL;
-    int rc = sw__queue_enter(q);
+    sw__queue *q;
+    int rc = sw__queue_enter(h, &q);
     if (rc != SW_OK)
         return rc;
     *dev = q->dev;
@@ -353,35 +348,50 @@ SW_API int sw_queue_device(sw_queue *q, sw_device **dev)
     return SW_OK;
 }
 
-SW_API int sw_queue_record_event(sw_queue *q, sw_event **out)
+static int record_event_locked(sw__queue *q, sw__event **out)
+{
+    sw_device *dev = q->dev;
+    sw__bevent *bev = NULL;
+    int rc = sw__b_event_record_q(dev, q->bq, &bev);
+    if (rc != SW_OK)
+        return rc;
+    *out = event_new(dev->ops, bev);
+    if (*out == NULL) {
+        sw__b_event_release(dev->ops, bev);
+        return sw__errorf(SW_ERR_HOST_OOM, "no host memory for an event");
+    }
+    return SW_OK;
+}
+
+SW_API int sw_queue_record_event(sw_queue *h, sw_event **out)
 {
     if (out == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
-    int rc = sw__queue_enter(q);
+    sw__queue *q;
+    int rc = sw__queue_enter(h, &q);
     if (rc != SW_OK)
         return rc;
-    sw_device *dev = q->dev;
-    sw__bevent *bev = NULL;
-    rc = sw__b_event_record_q(dev, q->bq, &bev);
-    if (rc == SW_OK) {
-        *out = event_new(dev->ops, bev);
-        if (*out == NULL) {
-            sw__b_event_release(dev->ops, bev);
-            rc = sw__errorf(SW_ERR_HOST_OOM, "no host memory for an event");
-        }
-    }
-    sw__unlock(dev);
+    sw__event *ev = NULL;
+    rc = record_event_locked(q, &ev);
+    if (rc == SW_OK)
+        *out = event_handle(ev);
+    sw__unlock(q->dev);
     return rc;
 }
 
-SW_API int sw_queue_synchronize(sw_queue *q)
+SW_API int sw_queue_synchronize(sw_queue *h)
 {
-    sw_event *ev = NULL;
-    int rc = sw_queue_record_event(q, &ev);
+    sw__queue *q;
+    int rc = sw__queue_enter(h, &q);
     if (rc != SW_OK)
         return rc;
-    rc = sw_event_wait(ev);
+    sw__event *ev = NULL;
+    rc = record_event_locked(q, &ev);
+    sw__unlock(q->dev);
+    if (rc != SW_OK)
+        return rc;
+    rc = event_wait(ev);
     event_unref(ev);
     return rc;
 }
@@ -392,7 +402,7 @@ SW_API int sw_queue_synchronize(sw_queue *q)
 
 static void *runner_main(void *arg)
 {
-    sw_queue *q = arg;
+    sw__queue *q = arg;
     const sw__backend_ops *ops = q->dev->ops;
     pthread_mutex_lock(&q->tlock);
     for (;;) {
@@ -413,7 +423,7 @@ static void *runner_main(void *arg)
         t->fn(t->arg);
         event_complete(t->done, rc);
         event_unref(t->done);
-        free(t);
+        sw__free(t);
 
         pthread_mutex_lock(&q->tlock);
         q->tpending--;
@@ -423,22 +433,23 @@ static void *runner_main(void *arg)
     return NULL;
 }
 
-SW_API int sw_queue_host_task(sw_queue *q, void (*fn)(void *arg), void *arg,
+SW_API int sw_queue_host_task(sw_queue *h, void (*fn)(void *arg), void *arg,
                               sw_event **out)
 {
     if (out != NULL)
         *out = NULL;
     if (fn == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "fn is NULL");
-    sw__task *t = calloc(1, sizeof *t);
-    if (t == NULL)
-        return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a task");
-    int rc = sw__queue_enter(q);
-    if (rc != SW_OK) {
-        free(t);
+    sw__queue *q;
+    int rc = sw__queue_enter(h, &q);
+    if (rc != SW_OK)
         return rc;
-    }
     sw_device *dev = q->dev;
+    sw__task *t = sw__calloc(1, sizeof *t);
+    if (t == NULL) {
+        sw__unlock(dev);
+        return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a task");
+    }
     t->fn = fn;
     t->arg = arg;
     t->done = event_new(dev->ops, NULL);
@@ -451,7 +462,7 @@ SW_API int sw_queue_host_task(sw_queue *q, void (*fn)(void *arg), void *arg,
     rc = sw__b_event_record_q(dev, q->bq, &t->after);
     if (rc != SW_OK)
         goto fail;
-    sw_event *done = t->done; /* t is the runner's once queued */
+    sw__event *done = t->done; /* t is the runner's once queued */
     pthread_mutex_lock(&q->tlock);
     if (!q->runner_started) {
         if (pthread_create(&q->runner, NULL, runner_main, q) != 0) {
@@ -471,9 +482,9 @@ SW_API int sw_queue_host_task(sw_queue *q, void (*fn)(void *arg), void *arg,
     q->tpending++;
     pthread_cond_signal(&q->tcv);
     pthread_mutex_unlock(&q->tlock);
-    sw__unlock(dev);
     if (out != NULL)
-        *out = done;
+        *out = event_handle(done);
+    sw__unlock(dev);
     return SW_OK;
 fail:
     if (t->done != NULL) {
@@ -482,7 +493,7 @@ fail:
         event_unref(t->done);
     }
     sw__unlock(dev);
-    free(t);
+    sw__free(t);
     return rc;
 }
 
@@ -490,7 +501,7 @@ fail:
  * Destroying dead queues
  * ---------------------------------------------------------------------- */
 
-static bool queue_idle(sw_queue *q)
+static bool queue_idle(sw__queue *q)
 {
     pthread_mutex_lock(&q->tlock);
     bool idle = q->tpending == 0;
@@ -512,12 +523,12 @@ static bool queue_idle(sw_queue *q)
 static void forget_qid_locked(sw_device *dev, int id)
 {
     if (id == SW__QID_SHARED) {
-        for (sw_queue *q = dev->queues; q; q = q->next)
+        for (sw__queue *q = dev->queues; q; q = q->next)
             if (q->id == SW__QID_SHARED)
                 return; /* still stands for a live queue */
     }
     uint64_t bit = UINT64_C(1) << id;
-    for (sw_buffer *b = dev->live; b; b = b->live_next)
+    for (sw__buf *b = dev->live; b; b = b->live_next)
         b->qmask &= ~bit;
     dev->qids &= ~bit;
 }
@@ -525,8 +536,8 @@ static void forget_qid_locked(sw_device *dev, int id)
 void sw__reap_queues_locked(sw_device *dev, bool wait)
 {
     sw__assert_locked(dev);
-    sw_queue *dead = NULL;
-    for (sw_queue *q = dev->queues, *next; q; q = next) {
+    sw__queue *dead = NULL;
+    for (sw__queue *q = dev->queues, *next; q; q = next) {
         next = q->next;
         if (!q->dying)
             continue;
@@ -558,7 +569,7 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
         q->next = dead;
         dead = q;
     }
-    for (sw_queue *q = dead; q; q = q->next)
+    for (sw__queue *q = dead; q; q = q->next)
         forget_qid_locked(dev, q->id);
     if (dead == NULL)
         return;
@@ -568,7 +579,7 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
      * backend's device state that other threads read under the lock. */
     dev->waiting++;
     sw__unlock(dev);
-    for (sw_queue *q = dead; q; q = q->next) {
+    for (sw__queue *q = dead; q; q = q->next) {
         pthread_mutex_lock(&q->tlock);
         q->stop = true;
         pthread_cond_broadcast(&q->tcv);
@@ -578,12 +589,12 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
     }
     sw__lock(dev);
     dev->waiting--;
-    for (sw_queue *q = dead, *next; q; q = next) {
+    for (sw__queue *q = dead, *next; q; q = next) {
         next = q->next;
         sw__b_queue_destroy(dev, q->bq);
         pthread_mutex_destroy(&q->tlock);
         pthread_cond_destroy(&q->tcv);
-        queue_struct_put(q);
+        sw__pool_put(&sw__queue_pool, q);
     }
 }
 
@@ -591,13 +602,13 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
  * Ordering across queues
  * ---------------------------------------------------------------------- */
 
-int sw__order_use_locked(sw_device *dev, sw_buffer *base, sw_queue *q)
+int sw__order_use_locked(sw_device *dev, sw__buf *base, sw__queue *q)
 {
     sw__assert_locked(dev);
     if (q == NULL) {
         if (base->qmask == 0)
             return SW_OK;
-        for (sw_queue *o = dev->queues; o; o = o->next) {
+        for (sw__queue *o = dev->queues; o; o = o->next) {
             if (!(base->qmask & (UINT64_C(1) << o->id)))
                 continue;
             int rc = sw__b_queue_wait(dev, dev->q, o->bq);
@@ -621,7 +632,7 @@ int sw__order_use_locked(sw_device *dev, sw_buffer *base, sw_queue *q)
  * ---------------------------------------------------------------------- */
 
 struct sw_order {
-    sw_event **ev[2]; /* submitted, host tasks */
+    sw__event **ev[2]; /* submitted, host tasks */
     size_t n[2], cap[2];
 };
 
@@ -629,7 +640,7 @@ SW_API int sw_order_create(sw_order **out)
 {
     if (out == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
-    *out = calloc(1, sizeof **out);
+    *out = sw__calloc(1, sizeof **out);
     return *out ? SW_OK
                 : sw__errorf(SW_ERR_HOST_OOM, "no host memory for an order "
                              "record");
@@ -642,9 +653,9 @@ SW_API void sw_order_destroy(sw_order *o)
     for (int k = 0; k < 2; k++) {
         for (size_t i = 0; i < o->n[k]; i++)
             event_unref(o->ev[k][i]);
-        free(o->ev[k]);
+        sw__free(o->ev[k]);
     }
-    free(o);
+    sw__free(o);
 }
 
 /* Drops completed events (a query never blocks). */
@@ -654,7 +665,7 @@ static void prune(sw_order *o)
         size_t w = 0;
         for (size_t i = 0; i < o->n[k]; i++) {
             int done = 0;
-            (void)sw_event_query(o->ev[k][i], &done);
+            (void)event_query(o->ev[k][i], &done);
             if (done)
                 event_unref(o->ev[k][i]);
             else
@@ -664,18 +675,19 @@ static void prune(sw_order *o)
     }
 }
 
-SW_API int sw_order_add(sw_order *o, sw_event *ev, int host_task)
+SW_API int sw_order_add(sw_order *o, sw_event *h, int host_task)
 {
     if (o == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "order record is NULL");
-    int rc = event_check(ev);
+    sw__event *ev;
+    int rc = event_check(h, &ev);
     if (rc != SW_OK)
         return rc;
     int k = host_task ? 1 : 0;
     prune(o);
     if (o->n[k] == o->cap[k]) {
         size_t cap = o->cap[k] ? 2 * o->cap[k] : 8;
-        sw_event **v = realloc(o->ev[k], cap * sizeof *v);
+        sw__event **v = sw__realloc(o->ev[k], cap * sizeof *v);
         if (v == NULL)
             return sw__errorf(SW_ERR_HOST_OOM, "no host memory for an "
                               "order record");
@@ -700,7 +712,7 @@ SW_API int sw_order_counts(sw_order *o, size_t *submitted, size_t *host_tasks)
 SW_API sw_event *sw_order_event(sw_order *o, int host_task, size_t i)
 {
     int k = host_task ? 1 : 0;
-    return o != NULL && i < o->n[k] ? o->ev[k][i] : NULL;
+    return o != NULL && i < o->n[k] ? event_handle(o->ev[k][i]) : NULL;
 }
 
 SW_API int sw_order_idle(sw_order *o, int *idle)
@@ -719,7 +731,7 @@ SW_API int sw_order_wait(sw_order *o)
     int first = SW_OK;
     for (int k = 0; k < 2; k++) {
         for (size_t i = 0; i < o->n[k]; i++) {
-            int rc = sw_event_wait(o->ev[k][i]);
+            int rc = event_wait(o->ev[k][i]);
             if (first == SW_OK)
                 first = rc;
             event_unref(o->ev[k][i]);

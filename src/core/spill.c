@@ -19,7 +19,7 @@
  * The heap
  * ---------------------------------------------------------------------- */
 
-static void heap_set(sw_device *dev, size_t i, sw_buffer *b)
+static void heap_set(sw_device *dev, size_t i, sw__buf *b)
 {
     dev->heap[i] = b;
     b->heap_idx = i;
@@ -27,7 +27,7 @@ static void heap_set(sw_device *dev, size_t i, sw_buffer *b)
 
 static void sift_up(sw_device *dev, size_t i)
 {
-    sw_buffer *b = dev->heap[i];
+    sw__buf *b = dev->heap[i];
     while (i > 0) {
         size_t p = (i - 1) / 2;
         if (dev->heap[p]->heap_key <= b->heap_key)
@@ -40,7 +40,7 @@ static void sift_up(sw_device *dev, size_t i)
 
 static void sift_down(sw_device *dev, size_t i)
 {
-    sw_buffer *b = dev->heap[i];
+    sw__buf *b = dev->heap[i];
     size_t n = dev->heap_len;
     for (;;) {
         size_t c = 2 * i + 1;
@@ -56,14 +56,14 @@ static void sift_down(sw_device *dev, size_t i)
     heap_set(dev, i, b);
 }
 
-void sw__lru_insert_locked(sw_device *dev, sw_buffer *b)
+void sw__lru_insert_locked(sw_device *dev, sw__buf *b)
 {
     sw__assert_locked(dev);
     assert(b->heap_idx == SW__NOT_IN_HEAP);
     assert(b->state == SW_RESIDENT && !b->external && b->mem != 0);
     if (dev->heap_len == dev->heap_cap) {
         size_t cap = dev->heap_cap ? dev->heap_cap * 2 : 1024;
-        sw_buffer **h = realloc(dev->heap, cap * sizeof *h);
+        sw__buf **h = realloc(dev->heap, cap * sizeof *h);
         if (h == NULL)
             return; /* stays unspillable; nothing is lost */
         dev->heap = h;
@@ -77,7 +77,7 @@ void sw__lru_insert_locked(sw_device *dev, sw_buffer *b)
     sift_up(dev, b->heap_idx);
 }
 
-void sw__lru_remove_locked(sw_device *dev, sw_buffer *b)
+void sw__lru_remove_locked(sw_device *dev, sw__buf *b)
 {
     sw__assert_locked(dev);
     size_t i = b->heap_idx;
@@ -85,7 +85,7 @@ void sw__lru_remove_locked(sw_device *dev, sw_buffer *b)
         return;
     b->heap_idx = SW__NOT_IN_HEAP;
     dev->heap_bytes -= b->alloc_size;
-    sw_buffer *last = dev->heap[--dev->heap_len];
+    sw__buf *last = dev->heap[--dev->heap_len];
     if (i == dev->heap_len)
         return;
     heap_set(dev, i, last);
@@ -115,7 +115,7 @@ void sw__cond_wait_locked(sw_device *dev)
     dev->waiting--;
 }
 
-void sw__wait_stable_locked(sw_device *dev, sw_buffer *base)
+void sw__wait_stable_locked(sw_device *dev, sw__buf *base)
 {
     while (base->moving)
         sw__cond_wait_locked(dev);
@@ -181,10 +181,10 @@ static void drain_queue_locked(sw_device *dev)
 
 /* The least recently used buffer in the heap, removed from it; NULL when
  * the heap is empty.  Stale keys are refreshed on the way. */
-static sw_buffer *pop_lru_locked(sw_device *dev)
+static sw__buf *pop_lru_locked(sw_device *dev)
 {
     while (dev->heap_len > 0) {
-        sw_buffer *b = dev->heap[0];
+        sw__buf *b = dev->heap[0];
         if (b->heap_key != b->last_use) {
             b->heap_key = b->last_use;
             sift_down(dev, 0);
@@ -200,7 +200,7 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
 {
     sw__assert_locked(dev);
     *spilled = 0;
-    sw_buffer *victims = NULL, *skipped = NULL, *b;
+    sw__buf *victims = NULL, *skipped = NULL, *b;
     uint64_t total = 0;
     int rc = SW_OK;
 
@@ -292,7 +292,7 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
  * Restoring
  * ---------------------------------------------------------------------- */
 
-int sw__make_resident_locked(sw_device *dev, sw_buffer *base)
+int sw__make_resident_locked(sw_device *dev, sw__buf *base)
 {
     sw__assert_locked(dev);
     sw__wait_stable_locked(dev, base);

@@ -19,7 +19,7 @@ void sw__note_in_use_locked(sw_device *dev, uint64_t delta)
     dev->in_use += delta;
     if (dev->in_use > dev->peak)
         dev->peak = dev->in_use;
-    sw_peak_scope *s = dev->scope_last;
+    sw__scope *s = dev->scope_last;
     if (s != NULL && dev->in_use > s->peak)
         s->peak = dev->in_use;
 }
@@ -72,63 +72,25 @@ SW_API int sw_reset_peak(sw_device *dev)
     return SW_OK;
 }
 
-/* Scope structs are never freed: ended ones wait in a FIFO behind at
- * least SCOPE_QUARANTINE others before reuse, so that an ended scope
- * handle is detected by its magic rather than read after free. */
-#define SCOPE_QUARANTINE 64u
-
-static pthread_mutex_t scope_pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static sw_peak_scope *pool_head, *pool_tail;
-static size_t pool_len;
-
-static sw_peak_scope *scope_get(void)
-{
-    sw_peak_scope *s = NULL;
-    pthread_mutex_lock(&scope_pool_lock);
-    if (pool_len > SCOPE_QUARANTINE) {
-        s = pool_head;
-        pool_head = s->next;
-        if (pool_head == NULL)
-            pool_tail = NULL;
-        pool_len--;
-    }
-    pthread_mutex_unlock(&scope_pool_lock);
-    if (s == NULL)
-        s = calloc(1, sizeof *s);
-    return s;
-}
-
-static void scope_put(sw_peak_scope *s)
-{
-    s->magic = 0;
-    s->dev = NULL;
-    s->prev = s->next = NULL;
-    pthread_mutex_lock(&scope_pool_lock);
-    if (pool_tail)
-        pool_tail->next = s;
-    else
-        pool_head = s;
-    pool_tail = s;
-    pool_len++;
-    pthread_mutex_unlock(&scope_pool_lock);
-}
+/* Scope structs come from the handle pool (handle.c): an ended scope's
+ * handle is reported, never read after free or taken for another. */
+sw__pool sw__scope_pool =
+    SW__POOL_INIT(SW__H_SCOPE, sw__scope, sizeof(sw__slot), NULL);
 
 SW_API int sw_peak_scope_begin(sw_device *dev, sw_peak_scope **out)
 {
     if (out == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
-    sw_peak_scope *s = scope_get();
-    if (s == NULL)
-        return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a scope");
     int rc = sw__device_enter(dev);
-    if (rc != SW_OK) {
-        scope_put(s);
+    if (rc != SW_OK)
         return rc;
+    sw__scope *s = sw__pool_get(&sw__scope_pool);
+    if (s == NULL) {
+        sw__unlock(dev);
+        return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a scope");
     }
-    s->next = NULL;
-    s->dev = dev;
-    __atomic_store_n(&s->magic, SW__SCOPE_MAGIC, __ATOMIC_RELEASE);
+    atomic_store_explicit(&s->h.dev, dev, memory_order_release);
     s->peak = dev->in_use;
     s->prev = dev->scope_last;
     if (dev->scope_last)
@@ -136,66 +98,76 @@ SW_API int sw_peak_scope_begin(sw_device *dev, sw_peak_scope **out)
     else
         dev->scope_first = s;
     dev->scope_last = s;
+    *out = (sw_peak_scope *)sw__handle_of(&sw__scope_pool, s);
     sw__unlock(dev);
-    *out = s;
     return SW_OK;
 }
 
-/* Validates a scope and takes its device's lock.  The magic is read
- * without the lock first (scope memory is type-stable), then again under
- * it, since scopes end under the lock. */
-static int scope_enter(sw_peak_scope *s)
+/* Decodes a scope handle and takes its device's lock.  Checked again
+ * under the lock, since scopes end under it. */
+static int scope_enter(const sw_peak_scope *h, sw__scope **out,
+                       sw_device **devp)
 {
-    if (s == NULL)
+    *out = NULL;
+    *devp = NULL;
+    if (h == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "scope is NULL");
-    sw_device *dev = __atomic_load_n(&s->dev, __ATOMIC_ACQUIRE);
-    if (__atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) != SW__SCOPE_MAGIC ||
-        dev == NULL)
-        return sw__errorf(SW_ERR_INVALID_HANDLE, "%p is not an open peak "
-                          "scope", (void *)s);
-    int rc = sw__device_enter(dev);
-    if (rc != SW_OK)
-        return rc;
-    if (s->magic != SW__SCOPE_MAGIC || s->dev != dev) {
-        sw__unlock(dev);
-        return sw__errorf(SW_ERR_INVALID_HANDLE, "%p is not an open peak "
-                          "scope", (void *)s);
+    for (;;) {
+        sw__scope *s = sw__handle_lookup(&sw__scope_pool, h);
+        sw_device *dev = s ? atomic_load_explicit(&s->h.dev,
+                                                  memory_order_acquire)
+                           : NULL;
+        if (!sw__device_valid(dev))
+            return sw__errorf(SW_ERR_INVALID_HANDLE, "%p is not an open "
+                              "peak scope", (const void *)h);
+        int rc = sw__device_enter(dev);
+        if (rc != SW_OK)
+            return rc;
+        if (sw__handle_matches(&s->h, h) &&
+            atomic_load_explicit(&s->h.dev, memory_order_relaxed) == dev) {
+            *out = s;
+            *devp = dev;
+            return SW_OK;
+        }
+        sw__unlock(dev); /* ended meanwhile: the lookup says so */
     }
-    return SW_OK;
 }
 
 /* The peak over s's lifetime so far: its own, and the partial peaks of the
  * scopes opened after it, which took the updates since they began. */
-static uint64_t scope_peak_locked(const sw_peak_scope *s)
+static uint64_t scope_peak_locked(const sw__scope *s)
 {
     uint64_t p = s->peak;
-    for (const sw_peak_scope *t = s->next; t; t = t->next)
+    for (const sw__scope *t = s->next; t; t = t->next)
         if (t->peak > p)
             p = t->peak;
     return p;
 }
 
-SW_API int sw_peak_scope_peak(sw_peak_scope *scope, uint64_t *peak)
+SW_API int sw_peak_scope_peak(sw_peak_scope *h, uint64_t *peak)
 {
     if (peak == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "peak is NULL");
     *peak = 0;
-    int rc = scope_enter(scope);
+    sw__scope *scope;
+    sw_device *dev;
+    int rc = scope_enter(h, &scope, &dev);
     if (rc != SW_OK)
         return rc;
     *peak = scope_peak_locked(scope);
-    sw__unlock(scope->dev);
+    sw__unlock(dev);
     return SW_OK;
 }
 
-SW_API int sw_peak_scope_end(sw_peak_scope *scope, uint64_t *peak)
+SW_API int sw_peak_scope_end(sw_peak_scope *h, uint64_t *peak)
 {
     if (peak != NULL)
         *peak = 0;
-    int rc = scope_enter(scope);
+    sw__scope *scope;
+    sw_device *dev;
+    int rc = scope_enter(h, &scope, &dev);
     if (rc != SW_OK)
         return rc;
-    sw_device *dev = scope->dev;
     uint64_t p = scope_peak_locked(scope);
     if (scope->prev) {
         if (p > scope->prev->peak)
@@ -208,9 +180,8 @@ SW_API int sw_peak_scope_end(sw_peak_scope *scope, uint64_t *peak)
         scope->next->prev = scope->prev;
     else
         dev->scope_last = scope->prev;
-    __atomic_store_n(&scope->magic, 0, __ATOMIC_RELEASE);
+    sw__pool_put(&sw__scope_pool, scope);
     sw__unlock(dev);
-    scope_put(scope);
     if (peak != NULL)
         *peak = p;
     return SW_OK;

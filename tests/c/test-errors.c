@@ -349,6 +349,191 @@ TEST(foreign_handles)
     ASSERT_OK(sw_buffer_free(good));
 }
 
+/* A freed handle is reported, never mistaken for another -- however many
+ * handles were made since (a quarantine alone gave out a released
+ * event's slot again after 257 events, a buffer's after 4,096). */
+TEST(stale_buffer_handles)
+{
+    sw_device *dev = test_device();
+    sw_buffer *stale = test_alloc(dev, 64, "stale");
+    sw_buffer *stale_view = NULL;
+    ASSERT_OK(sw_buffer_view(stale, 0, 32, &stale_view));
+    ASSERT_OK(sw_buffer_free(stale_view));
+    ASSERT_OK(sw_buffer_free(stale));
+    enum { N = 20000, KEEP = 64 };
+    sw_buffer *keep[KEEP];
+    for (int i = 0; i < KEEP; i++) {
+        keep[i] = test_alloc(dev, 64, "kept");
+        test_write_pattern(keep[i], (unsigned)i);
+    }
+    for (int i = 0; i < N; i++) {
+        sw_buffer *b = test_alloc(dev, 64, "churn");
+        ASSERT_TRUE(b != stale && b != stale_view);
+        ASSERT_OK(sw_buffer_free(b));
+    }
+    sw_memory_info before = test_info(dev);
+    expect_buffer_rejected(dev, stale, keep[0]);
+    expect_buffer_rejected(dev, stale_view, keep[0]);
+    ASSERT_ERR(sw_buffer_free(stale), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_buffer_free(stale_view), SW_ERR_INVALID_HANDLE);
+    sw_memory_info after = test_info(dev);
+    expect_unchanged(&before, &after);
+    for (int i = 0; i < KEEP; i++) {
+        test_expect_pattern(keep[i], (unsigned)i);
+        ASSERT_OK(sw_buffer_free(keep[i]));
+    }
+}
+
+TEST(stale_event_handles)
+{
+    sw_device *dev = test_device();
+    sw_queue *q = NULL;
+    ASSERT_OK(sw_queue_create(dev, &q));
+    sw_event *stale = NULL;
+    ASSERT_OK(sw_queue_record_event(q, &stale));
+    ASSERT_OK(sw_event_release(stale));
+    /* Many more events than any quarantine, some of them held. */
+    enum { N = 5000, HELD = 300 };
+    sw_event *held[HELD];
+    for (int i = 0; i < N; i++) {
+        sw_event *ev = NULL;
+        ASSERT_OK(sw_queue_record_event(q, &ev));
+        ASSERT_TRUE(ev != stale);
+        if (i >= N - HELD)
+            held[i - (N - HELD)] = ev;
+        else
+            ASSERT_OK(sw_event_release(ev));
+    }
+    int done = 7;
+    ASSERT_ERR(sw_event_query(stale, &done), SW_ERR_INVALID_HANDLE);
+    ASSERT_EQ(done, 0);
+    ASSERT_ERR(sw_event_wait(stale), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_event_retain(stale), SW_ERR_INVALID_HANDLE);
+    /* The second release of a stale handle releases nobody's event. */
+    for (int i = 0; i < 3; i++)
+        ASSERT_ERR(sw_event_release(stale), SW_ERR_INVALID_HANDLE);
+    for (int i = 0; i < HELD; i++) {
+        ASSERT_OK(sw_event_wait(held[i]));
+        ASSERT_OK(sw_event_query(held[i], &done));
+        ASSERT_EQ(done, 1);
+        ASSERT_OK(sw_event_release(held[i]));
+        ASSERT_ERR(sw_event_release(held[i]), SW_ERR_INVALID_HANDLE);
+    }
+    ASSERT_OK(sw_queue_release(q));
+    ASSERT_OK(sw_device_synchronize(dev));
+}
+
+TEST(stale_queue_scope_lease_handles)
+{
+    sw_device *dev = test_device();
+    sw_buffer *b = test_alloc(dev, 4096, "leased");
+    test_write_pattern(b, 9);
+
+    sw_queue *sq = NULL;
+    ASSERT_OK(sw_queue_create(dev, &sq));
+    ASSERT_OK(sw_queue_release(sq));
+    sw_peak_scope *ss = NULL;
+    ASSERT_OK(sw_peak_scope_begin(dev, &ss));
+    ASSERT_OK(sw_peak_scope_end(ss, NULL));
+    sw_devmem ptr;
+    sw_lease *sl = NULL;
+    ASSERT_OK(sw_buffer_expose(b, &ptr, &sl));
+    ASSERT_OK(sw_lease_release(sl));
+
+    enum { N = 400 };
+    sw_queue *q[4];
+    sw_peak_scope *s[4];
+    sw_lease *l[4];
+    for (int i = 0; i < N; i++) {
+        sw_queue *tq;
+        ASSERT_OK(sw_queue_create(dev, &tq));
+        ASSERT_OK(sw_queue_release(tq));
+        sw_peak_scope *ts;
+        ASSERT_OK(sw_peak_scope_begin(dev, &ts));
+        ASSERT_OK(sw_peak_scope_end(ts, NULL));
+        sw_lease *tl;
+        ASSERT_OK(sw_buffer_expose(b, &ptr, &tl));
+        ASSERT_OK(sw_lease_release(tl));
+        if (i % 64 == 0)
+            ASSERT_OK(sw_device_synchronize(dev)); /* reap dead queues */
+    }
+    for (int i = 0; i < 4; i++) {
+        ASSERT_OK(sw_queue_create(dev, &q[i]));
+        ASSERT_OK(sw_peak_scope_begin(dev, &s[i]));
+        ASSERT_OK(sw_buffer_expose(b, &ptr, &l[i]));
+    }
+    sw_device *d = NULL;
+    ASSERT_ERR(sw_queue_device(sq, &d), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_queue_retain(sq), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_queue_release(sq), SW_ERR_INVALID_HANDLE);
+    sw_event *ev = NULL;
+    ASSERT_ERR(sw_queue_record_event(sq, &ev), SW_ERR_INVALID_HANDLE);
+    ASSERT_NULL(ev);
+    ASSERT_ERR(sw_queue_synchronize(sq), SW_ERR_INVALID_HANDLE);
+    uint64_t peak = 5;
+    ASSERT_ERR(sw_peak_scope_peak(ss, &peak), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_peak_scope_end(ss, &peak), SW_ERR_INVALID_HANDLE);
+    ASSERT_UEQ(peak, 0);
+    ASSERT_ERR(sw_lease_release(sl), SW_ERR_INVALID_HANDLE);
+    /* The live ones are untouched by all that. */
+    for (int i = 0; i < 4; i++) {
+        ASSERT_OK(sw_queue_device(q[i], &d));
+        ASSERT_PTR_EQ(d, dev);
+        ASSERT_OK(sw_queue_release(q[i]));
+        ASSERT_OK(sw_peak_scope_end(s[i], NULL));
+        ASSERT_OK(sw_lease_release(l[i]));
+    }
+    test_expect_pattern(b, 9);
+    ASSERT_OK(sw_buffer_free(b));
+    ASSERT_OK(sw_device_synchronize(dev));
+}
+
+/* A handle of one type passed as another is refused without anything
+ * being read through it. */
+TEST(handles_of_another_type)
+{
+    sw_device *dev = test_device();
+    sw_buffer *b = test_alloc(dev, 64, "typed");
+    test_write_pattern(b, 3);
+    sw_queue *q = NULL;
+    ASSERT_OK(sw_queue_create(dev, &q));
+    sw_event *ev = NULL;
+    ASSERT_OK(sw_queue_record_event(q, &ev));
+    sw_peak_scope *s = NULL;
+    ASSERT_OK(sw_peak_scope_begin(dev, &s));
+    sw_devmem ptr;
+    sw_lease *l = NULL;
+    ASSERT_OK(sw_buffer_expose(b, &ptr, &l));
+
+    expect_buffer_rejected(dev, (sw_buffer *)q, b);
+    expect_buffer_rejected(dev, (sw_buffer *)ev, b);
+    expect_buffer_rejected(dev, (sw_buffer *)s, b);
+    expect_buffer_rejected(dev, (sw_buffer *)l, b);
+    ASSERT_ERR(sw_event_release((sw_event *)b), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_event_release((sw_event *)q), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_queue_release((sw_queue *)ev), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_queue_release((sw_queue *)b), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_lease_release((sw_lease *)b), SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_peak_scope_end((sw_peak_scope *)l, NULL),
+               SW_ERR_INVALID_HANDLE);
+    /* Handles posing as devices: checked by address, never read. */
+    sw_memory_info info;
+    ASSERT_ERR(sw_memory_info_get((sw_device *)b, &info),
+               SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_memory_info_get((sw_device *)q, &info),
+               SW_ERR_INVALID_HANDLE);
+    ASSERT_ERR(sw_device_close((sw_device *)ev), SW_ERR_INVALID_HANDLE);
+    ASSERT_STR_EQ(sw_device_name((sw_device *)s), "(invalid device)");
+
+    ASSERT_OK(sw_lease_release(l));
+    ASSERT_OK(sw_peak_scope_end(s, NULL));
+    ASSERT_OK(sw_event_release(ev));
+    ASSERT_OK(sw_queue_release(q));
+    test_expect_pattern(b, 3);
+    ASSERT_OK(sw_buffer_free(b));
+    ASSERT_OK(sw_device_synchronize(dev));
+}
+
 TEST(dtype_size)
 {
     ASSERT_EQ(sw_dtype_size(SW_FLOAT32), 4);

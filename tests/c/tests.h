@@ -13,6 +13,10 @@
     X(null_destroy_noop)                                                      \
     X(null_arguments)                                                         \
     X(foreign_handles)                                                        \
+    X(stale_buffer_handles)                                                   \
+    X(stale_event_handles)                                                    \
+    X(stale_queue_scope_lease_handles)                                        \
+    X(handles_of_another_type)                                                \
     X(dtype_size)                                                             \
     X(parse_size)                                                             \
     X(format_bytes)                                                           \

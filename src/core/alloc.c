@@ -1,0 +1,175 @@
+/*
+ * alloc.c -- the allocation ladder (DESIGN.md, "Allocation ladder") and the
+ * out-of-memory report that ends it when every step has failed.
+ */
+#include "core/internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------
+ * Out-of-memory reports
+ * ---------------------------------------------------------------------- */
+
+static const char *state_name(sw_buffer_state s)
+{
+    return s == SW_SPILLED ? "SPILLED" : "RESIDENT";
+}
+
+/* Writes the full report into the thread's message; reason says why this
+ * request could not be met. */
+static int oom_report_locked(sw_device *dev, size_t size, size_t rounded,
+                             const char *tag, const char *reason)
+{
+    char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32];
+    uint64_t dfree = 0, dtotal = 0;
+    int known = 0;
+    if (sw__b_mem_info(dev, &dfree, &dtotal, &known) != SW_OK)
+        known = 0, dtotal = dev->props.total;
+    int rc = sw__errorf(SW_ERR_OOM,
+        "%s: out of memory: cannot allocate %zu bytes (%s as allocated)%s%s%s: "
+        "%s. In use %s, cached %s, spilled %s, budget %s, device free %s of "
+        "%s.", dev->name, size, sw_format_bytes(rounded, b1, sizeof b1),
+        tag && tag[0] ? " for '" : "", tag && tag[0] ? tag : "",
+        tag && tag[0] ? "'" : "", reason,
+        sw_format_bytes(dev->in_use, b2, sizeof b2),
+        sw_format_bytes(dev->cached, b3, sizeof b3),
+        sw_format_bytes(dev->spilled, b4, sizeof b4),
+        dev->budget ? sw_format_bytes(dev->budget, b5, sizeof b5) : "none",
+        known ? sw_format_bytes(dfree, b6, sizeof b6) : "unknown",
+        dtotal ? sw_format_bytes(dtotal, b7, sizeof b7) : "unknown");
+
+    /* The five largest live buffers, by one pass over the live list. */
+    enum { TOP = 5 };
+    sw__buf *top[TOP] = {0};
+    for (sw__buf *b = dev->live; b; b = b->live_next) {
+        for (int i = 0; i < TOP; i++) {
+            if (top[i] == NULL || b->alloc_size > top[i]->alloc_size) {
+                memmove(&top[i + 1], &top[i],
+                        (size_t)(TOP - 1 - i) * sizeof top[0]);
+                top[i] = b;
+                break;
+            }
+        }
+    }
+    if (top[0] == NULL) {
+        sw__error_append(" No live buffers.");
+        return rc;
+    }
+    sw__error_append(" Largest live buffers (of %zu):", dev->live_count);
+    for (int i = 0; i < TOP && top[i]; i++)
+        sw__error_append("%s %s '%s' %s", i ? "," : "",
+                         sw_format_bytes(top[i]->alloc_size, b1, sizeof b1),
+                         top[i]->tag[0] ? top[i]->tag : "(untagged)",
+                         state_name(top[i]->state));
+    sw__error_append(".");
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * The allocation ladder
+ * ---------------------------------------------------------------------- */
+
+/* Makes room under the budget by trimming the cache, oldest blocks first.
+ * Returns false if in_use + cached + size still passes the budget. */
+static bool fit_budget_locked(sw_device *dev, size_t size)
+{
+    if (dev->budget == 0)
+        return true;
+    while (dev->in_use + dev->cached + size > dev->budget &&
+           dev->cache.oldest != NULL)
+        sw__cache_trim_oldest_locked(dev);
+    return dev->in_use + dev->cached + size <= dev->budget;
+}
+
+/* The ladder.  Each step that could have freed something is followed by a
+ * retry from the top: the cache; under a budget, trimming the cache and
+ * then spilling least-recently-used buffers (or, when nothing can move,
+ * the pressure callbacks once); the backend; on its failure the pressure
+ * callbacks, a wait for the device (frees are stream-ordered), emptying
+ * the cache, and then spilling, until it succeeds or nothing is left.  On
+ * failure the message is the full report, naming the request as the
+ * caller made it. */
+int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
+                      const char *tag, uintptr_t *mem)
+{
+    sw__assert_locked(dev);
+    char why[512];
+    char b1[32], b2[32];
+    bool called_back = false, drained = false;
+    int step = 0;
+    if (dev->budget != 0 && size > dev->budget) {
+        snprintf(why, sizeof why, "it is larger than the whole budget of %s",
+                 sw_format_bytes(dev->budget, b1, sizeof b1));
+        return oom_report_locked(dev, request, size, tag, why);
+    }
+    for (;;) {
+        /* A cached block keeps in_use + cached as it is: take it, unless
+         * a lowered budget is already passed. */
+        if ((dev->budget == 0 || dev->in_use + dev->cached <= dev->budget) &&
+            sw__cache_take_locked(dev, size, mem))
+            return SW_OK;
+        if (!fit_budget_locked(dev, size)) {
+            uint64_t over = dev->in_use + dev->cached + size - dev->budget;
+            uint64_t got = 0;
+            /* Spill only when it can succeed: nothing moves for nothing. */
+            if (over <= dev->heap_bytes) {
+                int rc = sw__spill_locked(dev, over, &got);
+                if (rc != SW_OK)
+                    return rc;
+            }
+            if (got > 0)
+                continue;
+            if (!called_back) {
+                called_back = true;
+                if (sw__run_callbacks_locked(dev, size)) {
+                    dev->alloc_retries++;
+                    continue;
+                }
+            }
+            snprintf(why, sizeof why, "the budget of %s would be exceeded "
+                     "(in use + cached + request = %s) and only %s can be "
+                     "spilled", sw_format_bytes(dev->budget, b1, sizeof b1),
+                     sw_format_bytes(dev->in_use + dev->cached + size, b2,
+                                   sizeof b2),
+                     sw_format_bytes(dev->heap_bytes, b1, sizeof b1));
+            return oom_report_locked(dev, request, size, tag, why);
+        }
+        int rc = sw__b_alloc(dev, size, mem);
+        if (rc == SW_OK)
+            return SW_OK;
+        if (rc != SW_ERR_OOM)
+            return rc; /* a driver error, not a shortage: no retries */
+        snprintf(why, sizeof why, "%s", sw_last_error());
+        if (step == 0) {
+            step++;
+            called_back = true;
+            if (sw__run_callbacks_locked(dev, size)) {
+                dev->alloc_retries++;
+                continue;
+            }
+        }
+        if (step == 1 || !drained) {
+            /* Frees are stream-ordered: let the device finish them, with
+             * what the cache (and the last spill) put there released. */
+            step = 2;
+            drained = true;
+            sw__unpark_locked(dev, false);
+            sw__cache_drain_locked(dev);
+            rc = sw__wait_idle_locked(dev);
+            if (rc != SW_OK)
+                return rc;
+            dev->alloc_retries++;
+            continue;
+        }
+        uint64_t got = 0;
+        rc = sw__spill_locked(dev, size, &got);
+        if (rc != SW_OK)
+            return rc;
+        if (got == 0)
+            return oom_report_locked(dev, request, size, tag, why);
+        drained = false;
+        dev->alloc_retries++;
+    }
+}
+
