@@ -9,7 +9,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,44 +50,6 @@ static bool is_help(const char *arg)
 /* ------------------------------------------------------------------------
  * Options
  * ---------------------------------------------------------------------- */
-
-/* Parse "4096", "512K", "512M", "1G", "2GiB", "64mb" (binary units) into
- * *out.  Returns 0, or -1 for anything else (including overflow). */
-static int parse_size(const char *s, uint64_t *out)
-{
-    if (s == NULL || !isdigit((unsigned char)*s))
-        return -1;
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno == ERANGE)
-        return -1;
-    uint64_t mult = 1;
-    switch (toupper((unsigned char)*end)) {
-    case '\0':
-        break;
-    case 'K': mult = CLI_KIB; end++; break;
-    case 'M': mult = CLI_MIB; end++; break;
-    case 'G': mult = CLI_GIB; end++; break;
-    case 'T': mult = CLI_GIB * 1024; end++; break;
-    case 'B':
-        break;
-    default:
-        return -1;
-    }
-    /* Optional "iB" / "B" after a unit, "B" after a plain number. */
-    if (mult > 1 && (end[0] == 'i' || end[0] == 'I') &&
-        (end[1] == 'B' || end[1] == 'b'))
-        end += 2;
-    else if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end != '\0')
-        return -1;
-    if (v > UINT64_MAX / mult)
-        return -1;
-    *out = (uint64_t)v * mult;
-    return 0;
-}
 
 /* A decimal count in [lo, hi]; 0 or -1. */
 static int parse_count(const char *s, unsigned long lo, unsigned long hi,
@@ -150,9 +111,18 @@ int cli_parse_options(const cli_command *cmd, int argc, char **argv,
         if (which == OPT_DEVICE) {
             o->spec = val;
         } else if (which == OPT_BUDGET) {
-            if (parse_size(val, &o->budget) || o->budget == 0)
-                return cli_usage_error(cmd, "--budget: '%s' is not a size "
-                                       "above 0 (e.g. 4096, 64K, 512M, 1G)",
+            /* The library's message quotes the input and says what a size
+             * looks like; copy it before anything else can replace it. */
+            if (sw_parse_size(val, &o->budget) != SW_OK) {
+                char why[512];
+                snprintf(why, sizeof why, "%s", sw_last_error());
+                return cli_usage_error(cmd, "--budget: %s", why);
+            }
+            /* A budget of 0 would mean "none", which is not what a user
+             * asking for a budget wants. */
+            if (o->budget == 0)
+                return cli_usage_error(cmd,
+                                       "--budget: '%s' is not a size above 0",
                                        val);
         } else if (parse_count(val, count_lo, count_hi, &o->count)) {
             return cli_usage_error(cmd, "%s: '%s' is not a number from %lu "
@@ -222,25 +192,11 @@ int cli_open_device(const char *spec, sw_device **dev)
     return 1;
 }
 
-const char *cli_bytes(uint64_t bytes)
+const char *cli_bytes(uint64_t n)
 {
     /* 16 slots: the most one printf of the program shows is six. */
     static char ring[16][32];
     static unsigned next;
     char *buf = ring[next++ % 16];
-    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-
-    if (bytes < CLI_KIB) {
-        snprintf(buf, sizeof ring[0], "%" PRIu64 " B", bytes);
-        return buf;
-    }
-    double v = (double)bytes / 1024.0;
-    size_t u = 0;
-    /* 1023.999 KiB prints as 1.00 MiB, not 1024.00 KiB. */
-    while (v >= 1023.995 && u + 1 < sizeof units / sizeof units[0]) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, sizeof ring[0], "%.2f %s", v, units[u]);
-    return buf;
+    return sw_format_bytes(n, buf, sizeof ring[0]);
 }

@@ -79,8 +79,9 @@ typedef struct cli_options {
 } cli_options;
 
 /* Parse argv into o.  Returns 0 (o filled; o->help when the command's help
- * was printed instead) or 2 after a usage error.  A SIZE ("512M", "2GiB")
- * must be above 0; the count is a decimal number in [count_lo, count_hi]. */
+ * was printed instead) or 2 after a usage error.  A SIZE is read by
+ * sw_parse_size ("512M", "1.5G", "2GiB") and must be above 0; the count is
+ * a decimal number in [count_lo, count_hi]. */
 int cli_parse_options(const cli_command *cmd, int argc, char **argv,
                       const char *count_name, unsigned long count_lo,
                       unsigned long count_hi, cli_options *o);
@@ -131,9 +132,9 @@ void cli_mismatch(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Open spec (NULL: the default device); 0, or 1 after reporting. */
 int cli_open_device(const char *spec, sw_device **dev);
 
-/* A byte count in human units ("512 B", "4.00 MiB") in one of a ring of
- * static buffers, so that a few can appear in one printf.  Not
- * thread-safe: the program prints from one thread. */
+/* sw_format_bytes into one of a ring of static buffers, so that a few can
+ * appear in one printf ("512 B", "4.00 MiB").  Not thread-safe: the
+ * program prints from one thread. */
 const char *cli_bytes(uint64_t n);
 
 #endif /* SPILLWAY_TOOLS_CLI_H */

@@ -27,8 +27,8 @@ static int cmd_help(const cli_command *self, int argc, char **argv);
 
 /* Printed after the options of a command that reads a SIZE. */
 #define SIZE_NOTE                                                             \
-    "SIZE is a byte count with an optional K, M, G or T suffix (binary\n"     \
-    "units: 512M = 512 MiB).\n"
+    "SIZE is a byte count with an optional binary unit K, M, G, T or P\n"     \
+    "(512M = 512 MiB; 1.5G and 2GiB work too).\n"
 
 static const cli_command commands[] = {
     {
