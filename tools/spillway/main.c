@@ -21,6 +21,8 @@
 
 static int cmd_help(const cli_command *self, int argc, char **argv);
 
+/* The option of every command that opens one device: one wording, so the
+ * commands cannot drift apart. */
 #define DEVICE_OPTION                                                         \
     "  --device SPEC         device to use (default: $SPILLWAY_DEVICE or "    \
     "sim:0)\n"
