@@ -69,6 +69,8 @@ ASAN_PRELOAD = $$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=l
 ALL_SUITES += python    '$(call PY_BUILT,build) $(call PY_SUITE,SPILLWAY_BUILD_DIR=build)'
 ALL_SUITES += python-asan '$(call PY_BUILT,build-asan) $(call PY_SUITE,SPILLWAY_BUILD_DIR=build-asan LD_PRELOAD="$(ASAN_PRELOAD)" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)'
 ALL_SUITES += python-opencl '$(call PY_BUILT,build) scripts/if-device.sh opencl:0 $(call PY_SUITE,SPILLWAY_BUILD_DIR=build SPILLWAY_DEVICE=opencl:0)'
+# The command-line program (tests/cli): build/spillway run as a user would.
+ALL_SUITES += cli       'SPILLWAY_BUILD_DIR=build $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/cli'
 # CUDA: the backend's host side through the CPU stand-in for libcuda.so.1
 # (tests/cuda/fake_libcuda.c; not a GPU), the whole suite on cuda:0, plain
 # and under ASan+UBSan; with an NVIDIA GPU, the C and Python suites on the
