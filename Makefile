@@ -84,6 +84,7 @@ SUITES ?=
 # ---------------------------------------------------------------------------
 
 .PHONY: all build build-asan build-tsan build-release build-all test demo bench bootstrap \
+        coverage-hostoom \
         system venv clean distclean help
 
 all: build
@@ -95,6 +96,7 @@ help:
 	@echo "make bench      release build, then run the benchmarks in build-release/bench"
 	@echo "                and bench/bench_python.py"
 	@echo "make bootstrap  install missing system packages and the venv only"
+	@echo "make coverage-hostoom  which host-allocation failure paths the fault tests reach"
 	@echo "make clean      remove the build directories (keeps .venv)"
 	@echo "make distclean  clean, and remove .venv and Python caches"
 	@echo "variables: SUITES=\"c c-tsan\" runs a subset of the suites;"
@@ -173,10 +175,15 @@ bench: build-release
 	  $(VENV)/bin/python bench/bench_queues.py --build build-release; \
 	fi
 
+# Every SW_ERR_HOST_OOM return of the core reached by the host-allocation
+# fault tests, shown line by line from a gcov build (build-cov/).
+coverage-hostoom: venv
+	@scripts/coverage-hostoom.sh sim:0
+
 # --- clean ------------------------------------------------------------------
 
 clean:
-	rm -rf build build-asan build-tsan build-release
+	rm -rf build build-asan build-tsan build-release build-cov
 
 distclean: clean
 	rm -rf $(VENV)

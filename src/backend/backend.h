@@ -34,6 +34,7 @@
 
 #include "spillway.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -138,6 +139,9 @@ void *sw__calloc(size_t count, size_t size);
 void *sw__realloc(void *p, size_t n);
 int sw__aligned_alloc(void **out, size_t align, size_t n);
 void sw__free(void *p);
+/* pthread_create(t, NULL, fn, arg) for the library's own threads, failed
+ * (EAGAIN) by the same fault. */
+int sw__thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
 
 /* Set the calling thread's detail message; returns code, so that
  * `return sw__errorf(SW_ERR_OOM, "...", ...);` reads naturally. */

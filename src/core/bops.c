@@ -86,6 +86,16 @@ int sw__aligned_alloc(void **out, size_t align, size_t n)
 
 void sw__free(void *p) { free(p); }
 
+bool sw__host_fault(void) { return host_fault_hits(); }
+
+int sw__thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    /* A thread is host memory too (its stack): the same fault fails it. */
+    if (host_fault_hits())
+        return EAGAIN;
+    return pthread_create(t, NULL, fn, arg);
+}
+
 /* ------------------------------------------------------------------------
  * Backend operations
  *

@@ -54,7 +54,7 @@ bool sw__cache_take_locked(sw_device *dev, size_t size, uintptr_t *mem)
             cache_unlink(c, b);
             *mem = b->mem;
             dev->cached -= size;
-            free(b);
+            sw__free(b);
             return true;
         }
     }
@@ -66,7 +66,7 @@ bool sw__cache_take_locked(sw_device *dev, size_t size, uintptr_t *mem)
 void sw__cache_put_locked(sw_device *dev, uintptr_t mem, size_t size)
 {
     sw__cache *c = &dev->cache;
-    sw__cblock *b = malloc(sizeof *b);
+    sw__cblock *b = sw__malloc(sizeof *b);
     if (b == NULL) {
         (void)sw__b_free(dev, mem, size);
         return;
@@ -96,7 +96,7 @@ void sw__cache_trim_oldest_locked(sw_device *dev)
     cache_unlink(&dev->cache, b);
     dev->cached -= b->size;
     (void)sw__b_free(dev, b->mem, b->size);
-    free(b);
+    sw__free(b);
 }
 
 void sw__cache_drain_locked(sw_device *dev)

@@ -362,7 +362,7 @@ SW_API int sw_device_close(sw_device *dev)
     sw__cache_drain_locked(dev);
     if (dev->scratch != 0)
         (void)sw__b_free(dev, dev->scratch, SW_ALLOC_GRANULARITY);
-    free(dev->heap);
+    sw__free(dev->heap);
     dev->heap = NULL;
     dev->heap_cap = 0;
     sw__bdev *b = dev->b;
@@ -440,7 +440,7 @@ SW_API int sw_device_synchronize(sw_device *dev)
     size_t n = 0;
     for (sw__queue *q = dev->queues; q; q = q->next)
         n++;
-    sw__bevent **evs = n ? calloc(n, sizeof *evs) : NULL;
+    sw__bevent **evs = n ? sw__calloc(n, sizeof *evs) : NULL;
     size_t k = 0;
     for (sw__queue *q = dev->queues; evs && q; q = q->next) {
         /* A queue whose event cannot be had is not waited for: say so
@@ -462,7 +462,7 @@ SW_API int sw_device_synchronize(sw_device *dev)
         if (rc == SW_OK)
             rc = r;
     }
-    free(evs);
+    sw__free(evs);
     sw__lock(dev);
     dev->waiting--;
     if (n > 0 && evs == NULL)

@@ -86,6 +86,11 @@ static bool grow_locked(sw__pool *p)
 
 void *sw__pool_get(sw__pool *p)
 {
+    /* Every handle is a host allocation to the fault injector, whether or
+     * not the pool has to grow for it, so that each caller's HOST_OOM path
+     * is reached deterministically. */
+    if (sw__host_fault())
+        return NULL;
     pthread_mutex_lock(&p->lock);
     if (p->nfree <= QUARANTINE && !grow_locked(p) && p->nfree == 0) {
         pthread_mutex_unlock(&p->lock);

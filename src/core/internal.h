@@ -442,6 +442,9 @@ int sw__wait_event_locked(sw_device *dev, sw__bevent *ev);
  * held; event_wait, synchronize, open and close expect no device lock.
  * ---------------------------------------------------------------------- */
 
+/* Counts one host allocation against SW_FAULT_HOST_ALLOC without making
+ * it (a handle slot: see handle.c); true when it must fail. */
+bool sw__host_fault(void);
 /* SW_FAULT_HOST_ALLOC on a thread holding no device lock (dev NULL). */
 void sw__arm_nodev_fault(uint64_t nth, bool persistent);
 

@@ -465,7 +465,7 @@ SW_API int sw_queue_host_task(sw_queue *h, void (*fn)(void *arg), void *arg,
     sw__event *done = t->done; /* t is the runner's once queued */
     pthread_mutex_lock(&q->tlock);
     if (!q->runner_started) {
-        if (pthread_create(&q->runner, NULL, runner_main, q) != 0) {
+        if (sw__thread_create(&q->runner, runner_main, q) != 0) {
             pthread_mutex_unlock(&q->tlock);
             sw__b_event_release(dev->ops, t->after);
             rc = sw__errorf(SW_ERR_HOST_OOM, "cannot start a host-task "

@@ -63,7 +63,7 @@ void sw__lru_insert_locked(sw_device *dev, sw__buf *b)
     assert(b->state == SW_RESIDENT && !b->external && b->mem != 0);
     if (dev->heap_len == dev->heap_cap) {
         size_t cap = dev->heap_cap ? dev->heap_cap * 2 : 1024;
-        sw__buf **h = realloc(dev->heap, cap * sizeof *h);
+        sw__buf **h = sw__realloc(dev->heap, cap * sizeof *h);
         if (h == NULL)
             return; /* stays unspillable; nothing is lost */
         dev->heap = h;
@@ -142,7 +142,7 @@ void *sw__host_get_locked(sw_device *dev, size_t size)
             return p;
         }
     }
-    return malloc(size);
+    return sw__malloc(size);
 }
 
 void sw__host_put_locked(sw_device *dev, void *p, size_t size)
@@ -151,7 +151,7 @@ void sw__host_put_locked(sw_device *dev, void *p, size_t size)
         return;
     if (dev->hpool_n == SW__HPOOL_MAX ||
         dev->hpool_bytes + size > SW__HPOOL_BYTES) {
-        free(p);
+        sw__free(p);
         return;
     }
     dev->hpool[dev->hpool_n].p = p;
@@ -163,7 +163,7 @@ void sw__host_put_locked(sw_device *dev, void *p, size_t size)
 void sw__host_pool_drain_locked(sw_device *dev)
 {
     while (dev->hpool_n > 0)
-        free(dev->hpool[--dev->hpool_n].p);
+        sw__free(dev->hpool[--dev->hpool_n].p);
     dev->hpool_bytes = 0;
 }
 

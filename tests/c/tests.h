@@ -7,6 +7,10 @@
 #define SW_TESTS_H
 
 #define SW_TEST_LIST(X)                                                       \
+    /* test-hostoom.c */                                                      \
+    X(hostoom_every_path)                                                     \
+    X(hostoom_persistent)                                                     \
+    X(hostoom_order_records)                                                  \
     /* test-errors.c */                                                       \
     X(error_names)                                                            \
     X(error_last_error_per_thread)                                            \
