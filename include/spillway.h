@@ -2,10 +2,10 @@
  * spillway.h -- the whole public C API of libspillway.
  *
  * spillway manages accelerator memory for the runtimes above it: per-device
- * accounting, a caching allocator, budgets, and (as they land) spilling of
- * least-recently-used buffers to host memory, memory-pressure callbacks and
- * queues.  If a function does not appear in this file it is not part of the
- * published API.
+ * accounting, a caching allocator, budgets, spilling of least-recently-used
+ * buffers to host memory, memory-pressure callbacks, and queues with their
+ * events and order records.  If a function does not appear in this file it
+ * is not part of the published API.
  *
  * Conventions (they hold for every function below unless it says otherwise):
  *  - Functions return int: SW_OK (0) on success or a negative SW_ERR_* code.
@@ -15,8 +15,12 @@
  *    NULL/0 when the call fails.
  *  - Handles are opaque.  Destroying or closing NULL is a harmless no-op.
  *    A freed or foreign handle passed to any function is reported as
- *    SW_ERR_INVALID_HANDLE (detected by a magic number in type-stable memory;
- *    freed handle slots are reused as late as possible).
+ *    SW_ERR_INVALID_HANDLE, never taken for another handle: buffer, lease,
+ *    queue, event and peak-scope handles carry a generation count that
+ *    every use checks against their slot's (a stale handle could match
+ *    again only after 2^31 reuses of its one slot), and a handle of one
+ *    type passed as another, or any other value, is refused without being
+ *    dereferenced.  Device handles stay valid for the life of the process.
  *  - Every function is thread-safe.  Each device has one mutex; no call ever
  *    holds two device locks at once.
  */

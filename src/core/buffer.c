@@ -92,6 +92,7 @@ static int range_error(const char *what, size_t off, size_t n, size_t size)
 
 void sw__live_link_locked(sw_device *dev, sw__buf *b)
 {
+    sw__assert_locked(dev);
     b->live_prev = NULL;
     b->live_next = dev->live;
     if (dev->live)

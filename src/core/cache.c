@@ -48,6 +48,7 @@ static void cache_unlink(sw__cache *c, sw__cblock *b)
 /* Takes a cached block of exactly size bytes, the most recently freed. */
 bool sw__cache_take_locked(sw_device *dev, size_t size, uintptr_t *mem)
 {
+    sw__assert_locked(dev);
     sw__cache *c = &dev->cache;
     for (sw__cblock *b = c->bucket[bucket_of(size)]; b; b = b->bnext) {
         if (b->size == size) {
@@ -65,6 +66,7 @@ bool sw__cache_take_locked(sw_device *dev, size_t size, uintptr_t *mem)
  * straight back to the device instead. */
 void sw__cache_put_locked(sw_device *dev, uintptr_t mem, size_t size)
 {
+    sw__assert_locked(dev);
     sw__cache *c = &dev->cache;
     sw__cblock *b = sw__malloc(sizeof *b);
     if (b == NULL) {
@@ -92,6 +94,7 @@ void sw__cache_put_locked(sw_device *dev, uintptr_t mem, size_t size)
 
 void sw__cache_trim_oldest_locked(sw_device *dev)
 {
+    sw__assert_locked(dev);
     sw__cblock *b = dev->cache.oldest;
     cache_unlink(&dev->cache, b);
     dev->cached -= b->size;

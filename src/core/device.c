@@ -236,7 +236,8 @@ static void reset_state(sw_device *dev)
     dev->scratch_used = 0;
 }
 
-static int open_locked(const char *spec, size_t bi, int index,
+/* Under the registry lock. */
+static int open_registered(const char *spec, size_t bi, int index,
                        sw_device **out)
 {
     const sw__backend_ops *ops = backends[bi];
@@ -305,7 +306,7 @@ SW_API int sw_device_open(const char *spec, sw_device **out)
     if (rc != SW_OK)
         return rc;
     pthread_mutex_lock(&registry_lock);
-    rc = open_locked(spec, bi, index, out);
+    rc = open_registered(spec, bi, index, out);
     pthread_mutex_unlock(&registry_lock);
     return rc;
 }
@@ -423,6 +424,7 @@ int sw__wait_event_locked(sw_device *dev, sw__bevent *ev)
 
 int sw__wait_idle_locked(sw_device *dev)
 {
+    sw__assert_locked(dev);
     sw__bevent *ev = NULL;
     int rc = sw__b_event_record(dev, &ev);
     if (rc != SW_OK)

@@ -49,7 +49,7 @@ static inline sw__slot *slot_at(const sw__pool *p, uint32_t index)
 
 /* Under p->lock: one more chunk of free slots.  false without host
  * memory, or when the index space is full. */
-static bool grow_locked(sw__pool *p)
+static bool pool_grow(sw__pool *p)
 {
     uint32_t n = atomic_load_explicit(&p->nslots, memory_order_relaxed);
     uint32_t off;
@@ -92,7 +92,7 @@ void *sw__pool_get(sw__pool *p)
     if (sw__host_fault())
         return NULL;
     pthread_mutex_lock(&p->lock);
-    if (p->nfree <= QUARANTINE && !grow_locked(p) && p->nfree == 0) {
+    if (p->nfree <= QUARANTINE && !pool_grow(p) && p->nfree == 0) {
         pthread_mutex_unlock(&p->lock);
         return NULL;
     }

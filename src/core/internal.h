@@ -2,12 +2,16 @@
  * internal.h -- the core's shared structures.  `sw__` names are internal.
  *
  * Locking: every sw_device has one mutex (dev->lock) that protects all of
- * its state below and every buffer that lives on it.  Helpers whose name
- * ends in _locked expect it held (and assert it); public entry points take
- * it once.  No code path holds two device locks, and the lock is never held
- * while waiting for the device.  Two leaf locks sit under it: the global
- * registry lock (device open/close only, never taken with a device lock
- * held) and the buffer-slot lock (taken briefly inside a device lock).
+ * its state below and every buffer, lease, queue and scope that lives on
+ * it.  A function whose name ends in _locked is called with that device
+ * lock held, and every extern one asserts it; public entry points take it
+ * once.  (A helper under another lock says so in its name instead:
+ * open_registered, pool_grow.)  No code path holds two device locks, and
+ * none waits on the device while holding one (bops.c asserts it for every
+ * backend call that can block).  Other locks are leaves: the registry lock
+ * (device open/close; taken before a device lock, never with one held),
+ * each handle pool's lock, a queue's host-task lock, and a host task's
+ * completion lock, each held only briefly and never across a call out.
  */
 #ifndef SW_CORE_INTERNAL_H
 #define SW_CORE_INTERNAL_H

@@ -48,6 +48,7 @@ static int check_fit_locked(sw_device *dev, sw__buf *const *bufs, size_t n)
 int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
                        size_t n, sw_devmem *ptrs)
 {
+    sw__assert_locked(dev);
     int rc = SW_OK;
     bool checked_fit = false;
     size_t i;

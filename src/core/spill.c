@@ -117,6 +117,7 @@ void sw__cond_wait_locked(sw_device *dev)
 
 void sw__wait_stable_locked(sw_device *dev, sw__buf *base)
 {
+    sw__assert_locked(dev);
     while (base->moving)
         sw__cond_wait_locked(dev);
 }
@@ -134,6 +135,7 @@ static double now_seconds(void)
 
 void *sw__host_get_locked(sw_device *dev, size_t size)
 {
+    sw__assert_locked(dev);
     for (size_t i = 0; i < dev->hpool_n; i++) {
         if (dev->hpool[i].size == size) {
             void *p = dev->hpool[i].p;
@@ -147,6 +149,7 @@ void *sw__host_get_locked(sw_device *dev, size_t size)
 
 void sw__host_put_locked(sw_device *dev, void *p, size_t size)
 {
+    sw__assert_locked(dev);
     if (p == NULL)
         return;
     if (dev->hpool_n == SW__HPOOL_MAX ||
@@ -162,6 +165,7 @@ void sw__host_put_locked(sw_device *dev, void *p, size_t size)
 
 void sw__host_pool_drain_locked(sw_device *dev)
 {
+    sw__assert_locked(dev);
     while (dev->hpool_n > 0)
         sw__free(dev->hpool[--dev->hpool_n].p);
     dev->hpool_bytes = 0;
