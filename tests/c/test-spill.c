@@ -7,6 +7,7 @@
 #include "tests.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -759,4 +760,152 @@ TEST(thread_spill_model)
     ASSERT_UGT(m.spills, 0);
     ASSERT_UGT(m.restores, 0);
     ASSERT_OK(sw_set_memory_budget(dev, 0));
+}
+
+/* ------------------------------------------------------------------------
+ * A failed call with several buffers changes nothing (issue 11, items 1
+ * and 2): every argument is checked before anything moves.
+ * ---------------------------------------------------------------------- */
+
+/* A device other than dev: sim:1 when dev is the simulated one. */
+static sw_device *other_device(sw_device *dev)
+{
+    if (test_is_sim()) {
+        setenv("SPILLWAY_SIM_DEVICES", "2", 1);
+        return test_open("sim:1");
+    }
+    (void)dev;
+    return test_open("sim:0");
+}
+
+static void expect_nothing_moved(const sw_memory_info *a,
+                                 const sw_memory_info *b)
+{
+    ASSERT_UEQ(a->in_use, b->in_use);
+    ASSERT_UEQ(a->spilled, b->spilled);
+    ASSERT_UEQ(a->spills, b->spills);
+    ASSERT_UEQ(a->restores, b->restores);
+    ASSERT_UEQ(a->allocs, b->allocs);
+    ASSERT_UEQ(a->ooms, b->ooms);
+}
+
+static void foreign_argument_case(uint64_t budget_after)
+{
+    sw_device *dev = test_device();
+    sw_device *other = other_device(dev);
+    sw_buffer *a = alloc_pattern(dev, 4096, 1, "a");
+    ASSERT_OK(sw_set_memory_budget(dev, 4096));
+    sw_buffer *b = alloc_pattern(dev, 4096, 2, "b"); /* spills a */
+    ASSERT_EQ(state_of(a), SW_SPILLED);
+    ASSERT_OK(sw_set_memory_budget(dev, budget_after));
+    sw_buffer *f = test_alloc(other, 4096, "foreign");
+    sw_queue *q = NULL;
+    ASSERT_OK(sw_queue_create(dev, &q));
+    sw_memory_info before = test_info(dev);
+
+    sw_buffer *args[2] = {a, f};
+    sw_devmem ptrs[2] = {{1, 1}, {1, 1}};
+    ASSERT_ERR(sw_launch_begin(dev, args, 2, ptrs), SW_ERR_INVALID_ARG);
+    ASSERT_NOT_NULL(strstr(sw_last_error(), "argument 1"));
+    ASSERT_UEQ(ptrs[0].base, 0);
+    sw_buffer *rev[2] = {f, a};
+    ASSERT_ERR(sw_launch_begin(dev, rev, 2, ptrs), SW_ERR_INVALID_ARG);
+    ASSERT_NOT_NULL(strstr(sw_last_error(), "argument 0"));
+    sw_scalar two = {.f = 2.0};
+    ASSERT_ERR(sw_op_add(b, a, f, SW_FLOAT32, 16), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_op_add(a, f, b, SW_FLOAT32, 16), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_op_scale(a, f, two, SW_FLOAT32, 16), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_op_axpy(two, f, a, SW_FLOAT32, 16), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_op_add_q(q, b, a, f, SW_FLOAT32, 16), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_op_scale_q(q, a, f, two, SW_FLOAT32, 16),
+               SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_op_axpy_q(q, two, a, f, SW_FLOAT32, 16),
+               SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_buffer_copy(a, 0, f, 0, 64), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_buffer_copy(f, 0, a, 0, 64), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_buffer_copy_q(q, a, 0, f, 0, 64), SW_ERR_INVALID_ARG);
+    /* A queue of another device with this device's buffers. */
+    sw_queue *oq = NULL;
+    ASSERT_OK(sw_queue_create(other, &oq));
+    ASSERT_ERR(sw_op_add_q(oq, b, a, b, SW_FLOAT32, 16), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_buffer_copy_q(oq, b, 0, a, 0, 64), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_op_fill_q(oq, a, SW_FLOAT32, 16, two), SW_ERR_INVALID_ARG);
+
+    sw_memory_info after = test_info(dev);
+    expect_nothing_moved(&before, &after);
+    ASSERT_EQ(state_of(a), SW_SPILLED);
+
+    ASSERT_OK(sw_queue_release(oq));
+    ASSERT_OK(sw_queue_release(q));
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    test_expect_pattern(a, 1);
+    test_expect_pattern(b, 2);
+    ASSERT_OK(sw_buffer_free(f));
+    ASSERT_OK(sw_buffer_free(b));
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_device_synchronize(dev));
+    ASSERT_OK(sw_device_synchronize(other));
+}
+
+TEST(launch_foreign_arg_moves_nothing)
+{
+    /* Room for everything: before, a was restored (spilling nothing else)
+     * and only then was the foreign argument refused. */
+    foreign_argument_case(1u << 20);
+}
+
+TEST(launch_foreign_arg_under_budget)
+{
+    /* A tight budget: before, the foreign buffer was counted against this
+     * device's budget and the call failed with SW_ERR_OOM. */
+    foreign_argument_case(4096);
+}
+
+/* Queue destruction against memory queries (issue 11, item 3): destroying
+ * a backend queue changed the backend's queue list with no lock held while
+ * allocations and memory_info walked it under the lock. */
+typedef struct {
+    sw_device *dev;
+    atomic_int stop;
+    int fails;
+} churn_arg;
+
+static void *alloc_info_loop(void *p)
+{
+    churn_arg *c = p;
+    while (!atomic_load(&c->stop)) {
+        sw_buffer *b = NULL;
+        sw_memory_info mi;
+        if (sw_buffer_alloc(c->dev, 8192, "churn", &b) != SW_OK ||
+            sw_memory_info_get(c->dev, &mi) != SW_OK ||
+            sw_buffer_free(b) != SW_OK)
+            c->fails++;
+    }
+    return NULL;
+}
+
+TEST(thread_queue_destroy_vs_memory_info)
+{
+    sw_device *dev = test_device();
+    churn_arg c = {.dev = dev};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, alloc_info_loop, &c), 0);
+    sw_buffer *b = test_alloc(dev, 4096, "filled on queues");
+    sw_scalar v = {.i = 0};
+    for (int i = 0; i < 200; i++) {
+        sw_queue *q = NULL;
+        ASSERT_OK(sw_queue_create(dev, &q));
+        v.i = i;
+        ASSERT_OK(sw_op_fill_q(q, b, SW_INT32, 1024, v));
+        ASSERT_OK(sw_queue_release(q));
+        ASSERT_OK(sw_device_synchronize(dev));
+    }
+    atomic_store(&c.stop, 1);
+    pthread_join(th, NULL);
+    ASSERT_EQ(c.fails, 0);
+    int32_t last[1024];
+    ASSERT_OK(sw_buffer_read(b, 0, last, sizeof last));
+    for (int i = 0; i < 1024; i++)
+        ASSERT_EQ(last[i], 199);
+    ASSERT_OK(sw_buffer_free(b));
 }

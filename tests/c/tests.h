@@ -122,6 +122,9 @@
     X(thread_shared_buffer_refs)                                              \
     /* test-spill.c */                                                        \
     X(spill_lru_order)                                                        \
+    X(launch_foreign_arg_moves_nothing)                                       \
+    X(launch_foreign_arg_under_budget)                                        \
+    X(thread_queue_destroy_vs_memory_info)                                    \
     X(spill_host_access_stays_spilled)                                        \
     X(spill_views_see_base)                                                   \
     X(spill_pinned_never_moves)                                               \
