@@ -54,9 +54,11 @@ ALL_SUITES += c-asan    'SW_TEST_DEVICE=sim:0 $(ASAN_ENV) build-asan/$(TEST_BIN)
 ALL_SUITES += c-tsan    'SW_TEST_DEVICE=sim:0 $(TSAN_ENV) scripts/tsan-exec.sh build-tsan/$(TEST_BIN) thread'
 # OpenCL (PoCL in CI): the whole suite, plain and under ASan+UBSan, and the
 # thread tests under TSan; "not run" where `spillway devices` lists no
-# opencl:0.  PoCL needs no sanitizer suppressions (docs/opencl.md).
+# opencl:0.  LeakSanitizer skips what PoCL and LLVM keep for the process's
+# life (tests/sanitizers/lsan-pocl.supp, docs/opencl.md).
+POCL_LSAN := LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan-pocl.supp:print_suppressions=0
 ALL_SUITES += c-opencl  'scripts/if-device.sh opencl:0 build/$(TEST_BIN)'
-ALL_SUITES += c-opencl-asan '$(ASAN_ENV) scripts/if-device.sh opencl:0 build-asan/$(TEST_BIN)'
+ALL_SUITES += c-opencl-asan '$(ASAN_ENV) $(POCL_LSAN) scripts/if-device.sh opencl:0 build-asan/$(TEST_BIN)'
 ALL_SUITES += c-opencl-tsan '$(TSAN_ENV) scripts/if-device.sh opencl:0 scripts/tsan-exec.sh build-tsan/$(TEST_BIN) thread'
 # Python (tests/python): the build tree's package (conftest.py finds it in
 # $SPILLWAY_BUILD_DIR/python), on the default device, under ASan+UBSan (the
