@@ -53,6 +53,12 @@ typedef struct sw__device_props {
     /* Nonzero when device addresses are host addresses (the simulated
      * device; a CPU OpenCL device whose buffers can be mapped). */
     int host_addressable;
+    /* Bit d: the built-in kernels support sw_dtype d.  0 means the four of
+     * contract version 1 (float32, float64, int32, int64); the core never
+     * launches a dtype that is not here. */
+    uint32_t dtypes;
+    /* When dtypes lacks some, why (one line, e.g. "no cl_khr_fp64"). */
+    char dtypes_why[96];
 } sw__device_props;
 
 typedef struct sw__backend_ops {

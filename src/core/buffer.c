@@ -112,8 +112,11 @@ static void live_unlink_locked(sw_device *dev, sw__buf *b)
     dev->live_count--;
 }
 
+static _Atomic uint64_t next_id = 1;
+
 void sw__buf_init_base(sw__buf *b, size_t size, const char *tag)
 {
+    b->id = atomic_fetch_add_explicit(&next_id, 1, memory_order_relaxed);
     b->base = b;
     b->offset = 0;
     b->size = size;

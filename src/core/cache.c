@@ -90,6 +90,7 @@ void sw__cache_put_locked(sw_device *dev, uintptr_t mem, size_t size)
     c->newest = b;
     c->count++;
     dev->cached += size;
+    sw__note_reserved_locked(dev);
 }
 
 void sw__cache_trim_oldest_locked(sw_device *dev)

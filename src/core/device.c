@@ -213,6 +213,7 @@ static int parse_spec(const char *spec, size_t *backend, int *index)
 static void reset_state(sw_device *dev)
 {
     dev->in_use = dev->peak = dev->cached = dev->spilled = dev->budget = 0;
+    dev->peak_reserved = 0;
     dev->allocs = dev->frees = dev->spills = dev->restores = 0;
     dev->spilled_bytes_total = dev->restored_bytes_total = 0;
     dev->spill_seconds = dev->restore_seconds = 0;
@@ -279,6 +280,9 @@ static int open_registered(const char *spec, size_t bi, int index,
         return rc;
     if (props.max_alloc == 0)
         props.max_alloc = props.total;
+    if (props.dtypes == 0) /* a version-1 backend: the first four */
+        props.dtypes = (1u << SW_FLOAT32) | (1u << SW_FLOAT64) |
+                       (1u << SW_INT32) | (1u << SW_INT64);
     sw__lock(dev);
     reset_state(dev);
     dev->props = props;
@@ -403,6 +407,27 @@ SW_API int sw_device_host_addressable(sw_device *dev, int *yes)
     *yes = dev->props.host_addressable != 0;
     sw__unlock(dev);
     return SW_OK;
+}
+
+SW_API int sw_device_dtypes(sw_device *dev, uint32_t *mask)
+{
+    if (mask == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "mask is NULL");
+    *mask = 0;
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    *mask = dev->props.dtypes;
+    sw__unlock(dev);
+    return SW_OK;
+}
+
+int sw__dtype_unsupported(const sw_device *dev, sw_dtype d)
+{
+    return sw__errorf(SW_ERR_DTYPE, "%s cannot compute with %s%s%s",
+                      dev->name, sw_dtype_name(d),
+                      dev->props.dtypes_why[0] ? ": " : "",
+                      dev->props.dtypes_why);
 }
 
 /* ------------------------------------------------------------------------

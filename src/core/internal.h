@@ -157,6 +157,7 @@ struct sw__buf {
     /* (base) Queues other than the default that used it since the default
      * queue last waited for them: bit k is queue id k (see sw__queue). */
     uint64_t qmask;
+    uint64_t id; /* (base) unique for the process: snapshots, traces */
     sw__buf *live_prev, *live_next; /* dev->live list of bases */
     char tag[SW_TAG_MAX + 1];
 };
@@ -215,8 +216,10 @@ typedef struct sw__fault {
 } sw__fault;
 
 /* Scratch device memory for small results (sums), so that they neither
- * allocate nor disturb in_use and peak. */
-#define SW__SCRATCH_SLOTS 64u
+ * allocate nor disturb in_use and peak: SW_ALLOC_GRANULARITY bytes in
+ * slots that hold a complex128 sum. */
+#define SW__SCRATCH_SLOT 16u
+#define SW__SCRATCH_SLOTS (SW_ALLOC_GRANULARITY / SW__SCRATCH_SLOT)
 
 #define SW__HPOOL_MAX 16
 #define SW__HPOOL_BYTES (UINT64_C(1) << 30)
@@ -248,7 +251,7 @@ struct sw_device {
     sw__device_props props;
 
     /* Accounting (names as in sw_memory_info). */
-    uint64_t in_use, peak, cached, spilled, budget;
+    uint64_t in_use, peak, cached, spilled, budget, peak_reserved;
     uint64_t allocs, frees, spills, restores;
     uint64_t spilled_bytes_total, restored_bytes_total;
     double spill_seconds, restore_seconds;
@@ -362,6 +365,13 @@ bool sw__held(sw_device *dev);
 /* Validate a device handle and take its lock; on failure returns the error
  * with the message set and the lock not held. */
 int sw__device_enter(sw_device *dev);
+/* Whether dev's kernels support dtype d (known to be valid). */
+static inline bool sw__dtype_ok(const sw_device *dev, sw_dtype d)
+{
+    return (dev->props.dtypes >> (unsigned)d) & 1u;
+}
+/* SW_ERR_DTYPE: "opencl:0 cannot compute with float64: no cl_khr_fp64". */
+int sw__dtype_unsupported(const sw_device *dev, sw_dtype d);
 /* dev is one of the registry's devices (checked by address: nothing is
  * read through a foreign pointer). */
 bool sw__device_valid(const sw_device *dev);
@@ -377,6 +387,15 @@ int sw__buffer_check_locked(sw_device *dev, const sw_buffer *h,
 
 /* in_use changed by +delta; keeps peak and scopes. */
 void sw__note_in_use_locked(sw_device *dev, uint64_t delta);
+/* in_use + cached may have grown: keeps peak_reserved. */
+static inline void sw__note_reserved_locked(sw_device *dev)
+{
+    if (dev->in_use + dev->cached > dev->peak_reserved)
+        dev->peak_reserved = dev->in_use + dev->cached;
+}
+/* Trim the cache and spill until in_use + cached fits the budget, or
+ * nothing more can move (alloc.c). */
+void sw__enforce_budget_locked(sw_device *dev);
 /* Release every cached block to the backend. */
 void sw__cache_drain_locked(sw_device *dev);
 void sw__cache_init(sw__cache *c);

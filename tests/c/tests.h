@@ -22,6 +22,7 @@
     X(stale_queue_scope_lease_handles)                                        \
     X(handles_of_another_type)                                                \
     X(dtype_size)                                                             \
+    X(dtype_table)                                                            \
     X(parse_size)                                                             \
     X(format_bytes)                                                           \
     /* test-device.c */                                                       \
@@ -60,6 +61,10 @@
     X(budget_oom_message)                                                     \
     X(budget_below_one_alloc)                                                 \
     X(budget_below_held)                                                      \
+    X(budget_below_held_spills_at_once)                                       \
+    X(peak_reserved_and_counters)                                             \
+    X(oom_report_says_why_not_moved)                                          \
+    X(memory_snapshot)                                                        \
     X(budget_zero_is_none)                                                    \
     /* test-oom.c */                                                          \
     X(oom_fill_device)                                                        \
@@ -83,6 +88,8 @@
     X(buffer_copy)                                                            \
     X(buffer_fill)                                                            \
     /* test-ops.c */                                                          \
+    X(ops_bool_arithmetic_refused)                                            \
+    X(ops_dtype_support_mask)                                                 \
     X(ops_fill)                                                               \
     X(ops_add)                                                                \
     X(ops_scale)                                                              \
