@@ -601,6 +601,97 @@ SW_API void sw_pressure_relock(sw_pressure *p);
 SW_API void sw_pressure_note_gc(sw_pressure *p);
 
 /* ------------------------------------------------------------------------
+ * Memory history
+ *
+ * A bounded ring of memory events per device, off by default (then each
+ * place that would record one costs a single predictable branch).  Every
+ * event carries the device's totals after it, so the history replays
+ * exactly: in_use, cached and spilled change only through the events
+ * marked [in_use +] etc. below.  Names follow PyTorch's memory history
+ * where one exists.  docs/memory-history.md documents the formats.
+ * ---------------------------------------------------------------------- */
+
+typedef enum sw_trace_kind {
+    SW_TRACE_START = 0,       /* tracing began: the totals as they were */
+    SW_TRACE_ALLOC = 1,       /* a buffer was allocated [in_use +size] */
+    SW_TRACE_FREE = 2,        /* a base was released [in_use -size, or
+                               * spilled -size when it was spilled] */
+    SW_TRACE_CACHE_HIT = 3,   /* memory taken from the cache [cached -] */
+    SW_TRACE_CACHE_PUT = 4,   /* memory kept in the cache [cached +] */
+    SW_TRACE_CACHE_TRIM = 5,  /* cached memory given back [cached -] */
+    SW_TRACE_SPILL_BEGIN = 6, /* a buffer's copy out was queued */
+    SW_TRACE_SPILL_END = 7,   /* ...and completed [in_use -, spilled +];
+                               * aux 1 if it failed (nothing changed) */
+    SW_TRACE_RESTORE_BEGIN = 8,
+    SW_TRACE_RESTORE_END = 9, /* [spilled -, in_use +]; aux 1: failed */
+    SW_TRACE_PREFETCH = 10,   /* a restore started ahead of use */
+    SW_TRACE_BUDGET = 11,     /* the budget was set to aux */
+    SW_TRACE_PRESSURE_BEGIN = 12, /* pressure callbacks start (size: the
+                                   * request that failed) */
+    SW_TRACE_PRESSURE_END = 13,   /* ...end; aux 1 if one freed memory */
+    SW_TRACE_GC = 14,         /* a callback ran a garbage collection */
+    SW_TRACE_OOM = 15,        /* an allocation failed for good (size:
+                               * requested); the report is kept with it */
+    SW_TRACE_LEASE = 16,      /* a lease was taken (aux: leases now) */
+    SW_TRACE_LEASE_RELEASE = 17,
+    SW_TRACE_QUEUE_CREATE = 18,  /* queue id in .queue */
+    SW_TRACE_QUEUE_DESTROY = 19,
+} sw_trace_kind;
+#define SW_TRACE_KIND_COUNT 20
+
+/* "alloc", "free", "cache_hit", ... ; NULL for an unknown kind. */
+SW_API const char *sw_trace_kind_name(sw_trace_kind kind);
+
+typedef struct sw_trace_event {
+    uint64_t seq;     /* 0, 1, 2, ... since sw_trace_start (dropped
+                       * events leave gaps) */
+    uint64_t time_ns; /* CLOCK_MONOTONIC */
+    uint32_t kind;    /* sw_trace_kind */
+    uint32_t queue;   /* queue id; 0 for the default queue */
+    uint64_t buffer;  /* the base buffer's id (sw_buffer_info.id), or 0 */
+    uint64_t size;    /* bytes the event is about (rounded for memory) */
+    uint64_t aux;     /* as the kind says */
+    uint64_t in_use, cached, spilled, budget; /* totals after the event */
+    char tag[SW_TAG_MAX + 1];
+} sw_trace_event;
+
+typedef struct sw_trace_options {
+    size_t capacity; /* events kept; 0: the default, 65536.  At most
+                      * 2^24 (SW_ERR_TOO_LARGE above). */
+} sw_trace_options;
+
+/* Start recording on dev (opts may be NULL).  Starting again clears the
+ * ring and applies the new options. */
+SW_API int sw_trace_start(sw_device *dev, const sw_trace_options *opts);
+/* Stop recording; the ring is kept for reading and dumping until the next
+ * start.  SW_ERR_INVALID_ARG if tracing was never started. */
+SW_API int sw_trace_stop(sw_device *dev);
+/* Copy up to cap of the kept events, oldest first, into out; *count says
+ * how many are kept and *dropped how many were overwritten since start
+ * (each may be NULL). */
+SW_API int sw_trace_read(sw_device *dev, sw_trace_event *out, size_t cap,
+                         size_t *count, uint64_t *dropped);
+/* The out-of-memory report of an SW_TRACE_OOM event (its aux), copied
+ * into buf; "" when it is no longer kept (the last 16 are). */
+SW_API int sw_trace_oom_report(sw_device *dev, uint64_t aux, char *buf,
+                               size_t len);
+/* Write the history to path: format "chrome" (the Chrome Trace Event
+ * JSON format; Perfetto's UI and chrome://tracing open it) or
+ * "snapshot" (every live buffer now, the totals, and the kept history).
+ * May be called while recording and from any thread. */
+SW_API int sw_trace_dump(sw_device *dev, const char *path,
+                         const char *format);
+/* Call fn(ev, user) for every event as it is recorded (while tracing is
+ * started), to forward it to an embedding runtime's own profiler; NULL
+ * removes it.  fn runs with the device lock held: it must not call
+ * spillway, block, or take a lock that is held while calling spillway. */
+typedef void (*sw_trace_fn)(const sw_trace_event *ev, void *user);
+SW_API int sw_trace_set_callback(sw_device *dev, sw_trace_fn fn, void *user);
+
+/* The id of the base buffer behind a handle, as in snapshots and traces. */
+SW_API int sw_buffer_id(sw_buffer *buf, uint64_t *id);
+
+/* ------------------------------------------------------------------------
  * Fault injection (every backend: done in the core's wrapper of each
  * backend operation)
  * ---------------------------------------------------------------------- */

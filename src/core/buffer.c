@@ -172,6 +172,8 @@ SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
         rc = sw__obtain_locked(dev, size, rounded, tag, &mem);
         if (rc != SW_OK) {
             dev->ooms++;
+            if (rc == SW_ERR_OOM && dev->tracing)
+                sw__trace_oom(dev, size, tag, sw_last_error());
             sw__unlock(dev);
             sw__pool_put(&sw__buf_pool, b);
             return rc;
@@ -187,6 +189,7 @@ SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
         sw__lru_insert_locked(dev, b);
     dev->allocs++;
     sw__note_in_use_locked(dev, rounded);
+    SW__TRACE(dev, SW_TRACE_ALLOC, b, rounded, 0, 0);
     *out = sw__buf_handle(b);
     sw__unlock(dev);
     return SW_OK;
@@ -200,8 +203,10 @@ static void release_base_locked(sw_device *dev, sw__buf *base)
         sw__host_put_locked(dev, base->host, base->size);
         base->host = NULL;
         dev->spilled -= base->alloc_size;
+        SW__TRACE(dev, SW_TRACE_FREE, base, base->alloc_size, 0, 1);
     } else {
         dev->in_use -= base->alloc_size;
+        SW__TRACE(dev, SW_TRACE_FREE, base, base->alloc_size, 0, 0);
         if (base->mem != 0 && !base->external)
             sw__cache_put_locked(dev, base->mem, base->alloc_size);
     }

@@ -31,6 +31,11 @@ static const sw__backend_ops *const backends[] = {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static sw_device registry[NBACKENDS][MAX_DEVICES];
 
+sw_device *sw__device_at(size_t i)
+{
+    return i < NBACKENDS * MAX_DEVICES ? &registry[0][0] + i : NULL;
+}
+
 bool sw__device_valid(const sw_device *dev)
 {
     uintptr_t p = (uintptr_t)dev, lo = (uintptr_t)&registry[0][0];
@@ -312,6 +317,8 @@ SW_API int sw_device_open(const char *spec, sw_device **out)
     pthread_mutex_lock(&registry_lock);
     rc = open_registered(spec, bi, index, out);
     pthread_mutex_unlock(&registry_lock);
+    if (rc == SW_OK)
+        sw__export_start();
     return rc;
 }
 
@@ -365,6 +372,7 @@ SW_API int sw_device_close(sw_device *dev)
         return rc;
     }
     sw__cache_drain_locked(dev);
+    sw__trace_close_locked(dev);
     if (dev->scratch != 0)
         (void)sw__b_free(dev, dev->scratch, SW_ALLOC_GRANULARITY);
     sw__free(dev->heap);

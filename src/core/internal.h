@@ -234,6 +234,19 @@ struct sw_pressure {
     bool locked;
 };
 
+/* The memory history (trace.c). */
+#define SW__TRACE_OOM_KEPT 16
+typedef struct sw__trace {
+    bool started;          /* sw_trace_start called; the ring is readable */
+    sw_trace_event *ring;  /* cap events, seq % cap */
+    size_t cap;
+    uint64_t recorded;     /* events recorded since start */
+    sw_trace_fn fn;        /* forwarding callback, or NULL */
+    void *user;
+    char *oom[SW__TRACE_OOM_KEPT]; /* reports of the last OOM events */
+    uint64_t oom_next;
+} sw__trace;
+
 struct sw_device {
     _Atomic uint32_t magic;
     pthread_mutex_t lock;
@@ -287,6 +300,9 @@ struct sw_device {
     sw__scope *scope_first, *scope_last;
     sw__cache cache;
     sw__fault fault[3]; /* by sw_fault_op */
+    /* Recording the memory history: the one branch SW__TRACE costs. */
+    bool tracing;
+    sw__trace trace;
 
     uintptr_t scratch; /* SW_ALLOC_GRANULARITY bytes, or 0 */
     uint64_t scratch_used; /* bitmap of SW__SCRATCH_SLOTS */
@@ -509,6 +525,35 @@ void sw__b_event_release(const sw__backend_ops *ops, sw__bevent *ev);
 int sw__b_synchronize(const sw__backend_ops *ops, sw__bqueue *q);
 /* q waits (on the device) for everything queued on `on` so far. */
 int sw__b_queue_wait(sw_device *dev, sw__bqueue *q, sw__bqueue *on);
+
+/* ------------------------------------------------------------------------
+ * Memory history (trace.c)
+ * ---------------------------------------------------------------------- */
+
+void sw__trace_emit(sw_device *dev, sw_trace_kind kind, const sw__buf *b,
+                    uint64_t size, uint32_t queue, uint64_t aux);
+/* An OOM event, keeping its report (the thread's message). */
+void sw__trace_oom(sw_device *dev, uint64_t size, const char *tag,
+                   const char *report);
+/* Stop and forget everything (device close). */
+void sw__trace_close_locked(sw_device *dev);
+
+/* Record an event when the history is on: one predictable branch off. */
+#define SW__TRACE(dev, kind, b, size, queue, aux)                             \
+    do {                                                                      \
+        if (__builtin_expect((dev)->tracing, 0))                              \
+            sw__trace_emit((dev), (kind), (b), (size), (queue), (aux));       \
+    } while (0)
+
+/* SPILLWAY_STATS: start the exporter thread once (export.c). */
+void sw__export_start(void);
+/* The i-th device slot of the registry (open or not), NULL past the end. */
+sw_device *sw__device_at(size_t i);
+
+/* The snapshot and figures, lock held (stats.c). */
+void sw__snapshot_locked(sw_device *dev, sw_buffer_info *out, size_t cap,
+                         size_t *count);
+void sw__memory_info_locked(sw_device *dev, sw_memory_info *out);
 
 /* ------------------------------------------------------------------------
  * Messages

@@ -245,6 +245,7 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
         }
         b->host = host;
         b->moving = true;
+        SW__TRACE(dev, SW_TRACE_SPILL_BEGIN, b, b->alloc_size, 0, 0);
         b->tmp_next = victims;
         victims = b;
         total += b->alloc_size;
@@ -272,6 +273,7 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
             sw__host_put_locked(dev, b->host, b->size);
             b->host = NULL;
             sw__lru_insert_locked(dev, b);
+            SW__TRACE(dev, SW_TRACE_SPILL_END, b, b->alloc_size, 0, 1);
             sw__maybe_release_locked(dev, b); /* freed meanwhile? */
             continue;
         }
@@ -280,6 +282,7 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
         b->state = SW_SPILLED;
         dev->in_use -= b->alloc_size;
         dev->spilled += b->alloc_size;
+        SW__TRACE(dev, SW_TRACE_SPILL_END, b, b->alloc_size, 0, 0);
         dev->spills++;
         dev->spilled_bytes_total += b->size;
         *spilled += b->alloc_size;
@@ -304,6 +307,7 @@ int sw__make_resident_locked(sw_device *dev, sw__buf *base)
         return SW_OK;
     base->moving = true;
     base->pins++; /* alive, and never a victim of its own allocation */
+    SW__TRACE(dev, SW_TRACE_RESTORE_BEGIN, base, base->alloc_size, 0, 0);
     uintptr_t mem = 0;
     double t0 = 0;
     int rc = sw__obtain_locked(dev, base->size, base->alloc_size, base->tag,
@@ -339,6 +343,8 @@ int sw__make_resident_locked(sw_device *dev, sw__buf *base)
         if (base->exposed == 0)
             sw__lru_insert_locked(dev, base);
     }
+    SW__TRACE(dev, SW_TRACE_RESTORE_END, base, base->alloc_size, 0,
+              rc != SW_OK);
     /* On failure the host copy is kept: nothing is lost. */
     base->moving = false;
     pthread_cond_broadcast(&dev->moved);

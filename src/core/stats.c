@@ -25,14 +25,10 @@ void sw__note_in_use_locked(sw_device *dev, uint64_t delta)
         s->peak = dev->in_use;
 }
 
-SW_API int sw_memory_info_get(sw_device *dev, sw_memory_info *out)
+void sw__memory_info_locked(sw_device *dev, sw_memory_info *out)
 {
-    if (out == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
+    sw__assert_locked(dev);
     memset(out, 0, sizeof *out);
-    int rc = sw__device_enter(dev);
-    if (rc != SW_OK)
-        return rc;
     uint64_t dfree = 0, dtotal = 0;
     int known = 0;
     if (sw__b_mem_info(dev, &dfree, &dtotal, &known) != SW_OK) {
@@ -61,6 +57,17 @@ SW_API int sw_memory_info_get(sw_device *dev, sw_memory_info *out)
     out->gc_runs = dev->gc_runs;
     out->peak_reserved = dev->peak_reserved;
     out->live_buffers = dev->live_count;
+}
+
+SW_API int sw_memory_info_get(sw_device *dev, sw_memory_info *out)
+{
+    if (out == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
+    memset(out, 0, sizeof *out);
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    sw__memory_info_locked(dev, out);
     sw__unlock(dev);
     return SW_OK;
 }
@@ -89,16 +96,10 @@ SW_API int sw_reset_counters(sw_device *dev)
     return SW_OK;
 }
 
-SW_API int sw_memory_snapshot(sw_device *dev, sw_buffer_info *out,
-                              size_t cap, size_t *count)
+void sw__snapshot_locked(sw_device *dev, sw_buffer_info *out, size_t cap,
+                         size_t *count)
 {
-    if (count == NULL || (out == NULL && cap > 0))
-        return sw__errorf(SW_ERR_INVALID_ARG, "count is NULL, or out is "
-                          "NULL with cap %zu", cap);
-    *count = 0;
-    int rc = sw__device_enter(dev);
-    if (rc != SW_OK)
-        return rc;
+    sw__assert_locked(dev);
     size_t i = 0;
     for (const sw__buf *b = dev->live; b != NULL; b = b->live_next, i++) {
         if (i >= cap)
@@ -120,6 +121,19 @@ SW_API int sw_memory_snapshot(sw_device *dev, sw_buffer_info *out,
         memcpy(o->tag, b->tag, sizeof o->tag);
     }
     *count = i;
+}
+
+SW_API int sw_memory_snapshot(sw_device *dev, sw_buffer_info *out,
+                              size_t cap, size_t *count)
+{
+    if (count == NULL || (out == NULL && cap > 0))
+        return sw__errorf(SW_ERR_INVALID_ARG, "count is NULL, or out is "
+                          "NULL with cap %zu", cap);
+    *count = 0;
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    sw__snapshot_locked(dev, out, cap, count);
     sw__unlock(dev);
     return SW_OK;
 }
@@ -245,6 +259,7 @@ SW_API int sw_set_memory_budget(sw_device *dev, uint64_t bytes)
     if (rc != SW_OK)
         return rc;
     dev->budget = bytes;
+    SW__TRACE(dev, SW_TRACE_BUDGET, NULL, 0, 0, bytes);
     sw__enforce_budget_locked(dev);
     sw__unlock(dev);
     return SW_OK;

@@ -7,6 +7,12 @@
 #define SW_TESTS_H
 
 #define SW_TEST_LIST(X)                                                       \
+    /* test-trace.c */                                                        \
+    X(trace_every_kind_replays)                                               \
+    X(trace_ring_bound)                                                       \
+    X(thread_trace_dump_while_allocating)                                     \
+    X(trace_callback_and_bad_input)                                           \
+    X(stats_export_file)                                                      \
     /* test-hostoom.c */                                                      \
     X(hostoom_every_path)                                                     \
     X(hostoom_persistent)                                                     \
