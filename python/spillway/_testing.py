@@ -23,8 +23,8 @@ wait_host_tasks(timeout=None)
     seconds.
 object_counts()
     {'queues', 'managers', 'events', 'host_tasks'}: live Queue,
-    SequentialOrderManager and Event objects, and Python host tasks not yet
-    finished (process-wide).
+    SequentialOrderManager and Event objects of spillway._spillway, and
+    Python host tasks not yet finished (process-wide).
 """
 
 from ._spillway import (
