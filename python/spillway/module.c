@@ -54,7 +54,6 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->device_type);
     Py_VISIT(st->array_type);
     Py_VISIT(st->peak_type);
-    Py_VISIT(st->cthread_type);
     Py_VISIT(st->meminfo_type);
     Py_VISIT(st->queue_type);
     Py_VISIT(st->event_type);
@@ -90,7 +89,6 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->device_type);
     Py_CLEAR(st->array_type);
     Py_CLEAR(st->peak_type);
-    Py_CLEAR(st->cthread_type);
     Py_CLEAR(st->meminfo_type);
     Py_CLEAR(st->order_manager);
     Py_CLEAR(st->queue_type);
@@ -120,7 +118,7 @@ static int module_exec(PyObject *m)
         sw_py_queue_setup(m, st) < 0 ||
         sw_py_order_setup(m, st) < 0 ||
         sw_py_ordermap_setup(m, st) < 0 ||
-        sw_py_testing_setup(m, st) < 0)
+        sw_py_testapi_setup(m, st) < 0)
         return -1;
     char version[32];
     snprintf(version, sizeof version, "%d.%d.%d", SW_VERSION_MAJOR,

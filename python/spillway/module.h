@@ -30,6 +30,9 @@
  * GIL, so no thread ever holds both, and a thread that never had the GIL (a
  * queue worker, another C thread) always makes progress.
  *
+ * The test-only entry points live in a separate module,
+ * spillway._spillway_testing (_spillway_testing.c), which reaches this one
+ * through the capsule spillway._spillway._testing_api (testing_api.h).
  */
 #ifndef SPILLWAY_PY_MODULE_H
 #define SPILLWAY_PY_MODULE_H
@@ -38,6 +41,7 @@
 #include <Python.h>
 
 #include "spillway.h"
+#include "testing_api.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -70,7 +74,6 @@ typedef struct {
     PyTypeObject *device_type;
     PyTypeObject *array_type;
     PyTypeObject *peak_type;
-    PyTypeObject *cthread_type; /* testing.c */
     PyTypeObject *meminfo_type;
     PyTypeObject *queue_type;
     PyTypeObject *event_type;
@@ -227,11 +230,14 @@ int sw_py_parse_tag(PyObject *obj, const char **tag);
 
 /* ------------------------------------------------------------------------
  * pressure.c: the collector under memory pressure, registered by device.c
- * on every device this module opens.
+ * on every device this module opens; its counters, for the tests.
  * ---------------------------------------------------------------------- */
 
 int sw_py_gc_on_pressure(sw_device *dev, sw_pressure *p, size_t bytes,
                          void *user);
+void sw_py_gc_stats_get(sw_py_gc_stats *out);
+int64_t sw_py_gc_min_interval(int64_t ns);
+void sw_py_gc_backoff_reset(void);
 
 /* ------------------------------------------------------------------------
  * The map of the package
@@ -253,7 +259,7 @@ int sw_py_gc_on_pressure(sw_device *dev, sw_pressure *p, size_t bytes,
  *   queue.c       Queue, Event                            queue.h
  *   order.c       SequentialOrderManager                  queue.h
  *   ordermap.c    spillway.order_manager (per thread)     queue.h
- *   testing.c     the test suite's helpers (_testing.py)  module.h
+ *   testapi.c     the capsule lent to _spillway_testing   testing_api.h
  *
  * module.c's exec slot calls one setup function per file, in this order;
  * each creates the file's heap types from its PyType_Spec, stores them in
@@ -280,7 +286,7 @@ extern PyType_Spec sw_py_entry_spec;
 extern PyType_Spec sw_py_map_spec;
 extern PyType_Spec sw_py_omap_spec;
 int sw_py_ordermap_setup(PyObject *m, sw_py_state *st);
-int sw_py_testing_setup(PyObject *m, sw_py_state *st);
+int sw_py_testapi_setup(PyObject *m, sw_py_state *st);
 
 /* A heap type of this module from spec, added to it (new reference). */
 PyTypeObject *sw_py_add_type(PyObject *m, PyType_Spec *spec);

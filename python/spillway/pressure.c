@@ -33,6 +33,7 @@
  */
 
 #include "device.h"
+#include "testing_api.h"
 
 #define GC_BACKOFF_FACTOR 10
 
@@ -130,6 +131,33 @@ int sw_py_gc_on_pressure(sw_device *dev, sw_pressure *p, size_t bytes,
         sw_pressure_note_gc(p);
     sw_py_ctx_unref(ctx);
     return freed;
+}
+
+/* ------------------------------------------------------------------------
+ * For the tests (testapi.c lends these to spillway._spillway_testing)
+ * ---------------------------------------------------------------------- */
+
+void sw_py_gc_stats_get(sw_py_gc_stats *out)
+{
+    int64_t q = atomic_load(&sw_py_process.gc.quiet_until_ns);
+    int64_t now = sw_py_now_ns();
+    out->collections = atomic_load(&sw_py_process.gc.seq);
+    out->fruitful = atomic_load(&sw_py_process.gc.fruitful);
+    out->skipped_backoff = atomic_load(&sw_py_process.gc.skipped_backoff);
+    out->skipped_shared = atomic_load(&sw_py_process.gc.skipped_shared);
+    out->backoff_left_ns = q > now ? q - now : 0;
+}
+
+int64_t sw_py_gc_min_interval(int64_t ns)
+{
+    if (ns < 0)
+        return atomic_load(&sw_py_process.gc.min_interval_ns);
+    return atomic_exchange(&sw_py_process.gc.min_interval_ns, ns);
+}
+
+void sw_py_gc_backoff_reset(void)
+{
+    atomic_store(&sw_py_process.gc.quiet_until_ns, 0);
 }
 
 int sw_py_pressure_setup(PyObject *m, sw_py_state *st)
