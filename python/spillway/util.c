@@ -1,7 +1,7 @@
 /*
  * util.c -- what every file of the module uses: library errors as Python
- * exceptions (and the exceptions themselves), argument parsing, the
- * clock.
+ * exceptions (and the exceptions themselves), argument parsing, the clock,
+ * byte counts as people read them.
  */
 #include "module.h"
 
@@ -155,7 +155,28 @@ PyTypeObject *sw_py_add_type(PyObject *m, PyType_Spec *spec)
     return t;
 }
 
-/* The exceptions. */
+/* ------------------------------------------------------------------------
+ * Byte counts: the library's formatter, so that memory_summary() and the
+ * library's own messages (out-of-memory reports) write sizes alike.
+ * ---------------------------------------------------------------------- */
+
+static PyObject *mod_format_bytes(PyObject *m, PyObject *arg)
+{
+    unsigned long long n = PyLong_AsUnsignedLongLong(arg);
+    if (n == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    char buf[32];
+    return PyUnicode_FromString(sw_format_bytes((uint64_t)n, buf, sizeof buf));
+}
+
+static PyMethodDef util_methods[] = {
+    {"_format_bytes", (PyCFunction)(void (*)(void))mod_format_bytes, METH_O,
+     "_format_bytes(n)\n--\n\nn bytes in binary units, as the library "
+     "writes them: '512 B', '1.50 MiB'."},
+    {NULL, NULL, 0, NULL},
+};
+
+/* The exceptions, and the functions above. */
 int sw_py_util_setup(PyObject *m, sw_py_state *st)
 {
     st->DeviceMemoryError = PyErr_NewExceptionWithDoc(
@@ -178,5 +199,5 @@ int sw_py_util_setup(PyObject *m, sw_py_state *st)
     if (st->DeviceError == NULL ||
         PyModule_AddObjectRef(m, "DeviceError", st->DeviceError) < 0)
         return -1;
-    return 0;
+    return PyModule_AddFunctions(m, util_methods);
 }
