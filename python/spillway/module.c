@@ -70,6 +70,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     for (int i = 0; i < 4; i++)
         Py_VISIT(st->np_dtypes[i]);
     Py_VISIT(st->track);
+    Py_VISIT(st->oom_hook);
     return 0;
 }
 
@@ -83,6 +84,7 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->default_device);
     Py_CLEAR(st->devices);
     Py_CLEAR(st->track);
+    Py_CLEAR(st->oom_hook);
     Py_CLEAR(st->numpy);
     for (int i = 0; i < 4; i++)
         Py_CLEAR(st->np_dtypes[i]);
@@ -118,6 +120,7 @@ static int module_exec(PyObject *m)
         sw_py_queue_setup(m, st) < 0 ||
         sw_py_order_setup(m, st) < 0 ||
         sw_py_ordermap_setup(m, st) < 0 ||
+        sw_py_history_setup(m, st) < 0 ||
         sw_py_testapi_setup(m, st) < 0)
         return -1;
     char version[32];

@@ -89,6 +89,9 @@ typedef struct {
     PyObject *numpy;          /* imported on first need */
     PyObject *np_dtypes[4];   /* numpy.dtype objects, on first need */
     PyObject *track;          /* list of weakrefs to new Arrays, or NULL */
+    /* history.py's hook that adds allocation sites to out-of-memory
+     * messages while tracebacks are recorded, or NULL (history.c). */
+    PyObject *oom_hook;
     /* Live Queue, SequentialOrderManager and Event objects, for the test
      * suite's leak checks (changed with the GIL). */
     Py_ssize_t live_queues, live_managers, live_events;
@@ -259,6 +262,7 @@ void sw_py_gc_backoff_reset(void);
  *   queue.c       Queue, Event                            queue.h
  *   order.c       SequentialOrderManager                  queue.h
  *   ordermap.c    spillway.order_manager (per thread)     queue.h
+ *   history.c     the memory history, tracebacks          array.h
  *   testapi.c     the capsule lent to _spillway_testing   testing_api.h
  *
  * module.c's exec slot calls one setup function per file, in this order;
@@ -286,6 +290,7 @@ extern PyType_Spec sw_py_entry_spec;
 extern PyType_Spec sw_py_map_spec;
 extern PyType_Spec sw_py_omap_spec;
 int sw_py_ordermap_setup(PyObject *m, sw_py_state *st);
+int sw_py_history_setup(PyObject *m, sw_py_state *st);
 int sw_py_testapi_setup(PyObject *m, sw_py_state *st);
 
 /* A heap type of this module from spec, added to it (new reference). */

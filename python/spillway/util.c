@@ -52,6 +52,19 @@ PyObject *sw_py_raise_detail(sw_py_state *st, int rc, const char *detail)
     if (exc == NULL) /* module state cleared at shutdown */
         exc = rc == SW_ERR_OOM || rc == SW_ERR_TOO_LARGE ? PyExc_MemoryError
                                                          : PyExc_RuntimeError;
+    if (detail != NULL && detail[0] != '\0' && rc == SW_ERR_OOM &&
+        st->oom_hook != NULL) {
+        /* The memory history's allocation sites (history.py); the
+         * library's message alone should that fail. */
+        PyObject *msg = PyObject_CallFunction(st->oom_hook, "s", detail);
+        if (msg != NULL && PyUnicode_Check(msg)) {
+            PyErr_SetObject(exc, msg);
+            Py_DECREF(msg);
+            return NULL;
+        }
+        Py_XDECREF(msg);
+        PyErr_Clear();
+    }
     if (detail != NULL && detail[0] != '\0')
         PyErr_SetString(exc, detail);
     else
