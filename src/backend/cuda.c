@@ -38,9 +38,10 @@
  *    memory returns once the copy is done (ordered after the stream's
  *    earlier work), cuMemcpyHtoDAsync once the source has been staged.
  *    Pinned staging buffers would make both asynchronous; docs/cuda.md.
- *  - The built-in kernels are CUDA C, compiled at first use by NVRTC
- *    (libnvrtc dlopen'ed too) for the device's architecture, once per
- *    architecture per process, and loaded once per device.  Integer kernels
+ *  - The built-in kernels are CUDA C (src/backend/kernels/cuda.cu, embedded
+ *    at build time), compiled at first use by NVRTC (libnvrtc dlopen'ed
+ *    too) for the device's architecture, once per architecture per
+ *    process, and loaded once per device.  Integer kernels
  *    compute in unsigned types (so they wrap); floats are compiled with
  *    --fmad=false (a*x + y rounds twice, as on the host); sums reduce in a
  *    fixed order (a grid of at most 256 blocks of 256 threads, each thread
@@ -393,124 +394,13 @@ int sw__cuda_nvrtc_load(char *why, size_t why_len, int *major, int *minor)
 }
 
 /* ------------------------------------------------------------------------
- * The built-in kernels.  One CUDA C program; kernels are extern "C" so
- * that their entry names are plain.  Integer dtypes use unsigned types of
- * their width (wrapping arithmetic, the same bits).  Every kernel runs
- * with CUDA__THREADS threads per block (the sums depend on it).
+ * The built-in kernels: one CUDA C program, src/backend/kernels/cuda.cu
+ * (embedded at build time as sw__cuda_kernels_cu), and the tables that
+ * launch it.  Every kernel runs with CUDA__THREADS threads per block (the
+ * sums depend on it; the source's SW_THREADS is the same number).
  * ---------------------------------------------------------------------- */
 
-/* In pieces: ISO C only promises string literals of 4095 characters. */
-static const char *const cuda__source_parts[] = {
-    "/* spillway's built-in kernels: compiled by NVRTC at first use. */\n"
-    "typedef unsigned int sw_u32;\n"
-    "typedef unsigned long long sw_u64;\n"
-    "#define SW_THREADS 256\n"
-    "\n"
-    "/* Grid-stride loop: any grid covers any n. */\n"
-    "#define SW_LOOP(i, n)                                              \\\n"
-    "    for (sw_u64 i = (sw_u64)blockIdx.x * blockDim.x + threadIdx.x;  \\\n"
-    "         i < (n); i += (sw_u64)gridDim.x * blockDim.x)\n"
-    "\n"
-    "/* No __restrict__: out may be an input (in-place operations). */\n"
-    "#define SW_ELEMENTWISE(S, T)                                       \\\n"
-    "extern \"C\" __global__ void sw_fill_##S(T *out, T alpha, sw_u64 n) \\\n"
-    "{ SW_LOOP(i, n) out[i] = alpha; }                                  \\\n"
-    "extern \"C\" __global__ void sw_copy_##S(T *out, const T *a,        \\\n"
-    "                                       sw_u64 n)                   \\\n"
-    "{ SW_LOOP(i, n) out[i] = a[i]; }                                   \\\n"
-    "extern \"C\" __global__ void sw_add_##S(T *out, const T *a,         \\\n"
-    "                                      const T *b, sw_u64 n)        \\\n"
-    "{ SW_LOOP(i, n) out[i] = a[i] + b[i]; }                            \\\n"
-    "extern \"C\" __global__ void sw_scale_##S(T *out, const T *a,       \\\n"
-    "                                        T alpha, sw_u64 n)         \\\n"
-    "{ SW_LOOP(i, n) out[i] = alpha * a[i]; }                           \\\n"
-    "extern \"C\" __global__ void sw_axpy_##S(T *out, const T *a,        \\\n"
-    "                                       T alpha, sw_u64 n)          \\\n"
-    "{ SW_LOOP(i, n) out[i] = alpha * a[i] + out[i]; }\n"
-    "\n"
-    "SW_ELEMENTWISE(f32, float)\n"
-    "SW_ELEMENTWISE(f64, double)\n"
-    "SW_ELEMENTWISE(i32, sw_u32)\n"
-    "SW_ELEMENTWISE(i64, sw_u64)\n"
-    "\n",
-
-    "/* A block's sum in a fixed order: a tree over SW_THREADS slots. */\n"
-    "template <typename A>\n"
-    "__device__ A sw_block_sum(A v)\n"
-    "{\n"
-    "    __shared__ A sh[SW_THREADS];\n"
-    "    unsigned t = threadIdx.x;\n"
-    "    sh[t] = v;\n"
-    "    __syncthreads();\n"
-    "    for (unsigned s = SW_THREADS / 2; s > 0; s >>= 1) {\n"
-    "        if (t < s)\n"
-    "            sh[t] = sh[t] + sh[t + s];\n"
-    "        __syncthreads();\n"
-    "    }\n"
-    "    return sh[0];\n"
-    "}\n"
-    "\n"
-    "/* Pass 1: block b's partial sum to partials[b].  Thread t of block b\n"
-    " * adds elements t + b*SW_THREADS + k*gridDim.x*SW_THREADS in order.\n"
-    " * float32 accumulates in float64, int32 sign-extends into a wrapping\n"
-    " * 64-bit sum. */\n"
-    "#define SW_SUM(S, T, A, CONV)                                      \\\n"
-    "extern \"C\" __global__ void sw_sum_##S(const T *a, sw_u64 n,       \\\n"
-    "                                      A *partials)                 \\\n"
-    "{                                                                  \\\n"
-    "    A acc = 0;                                                     \\\n"
-    "    SW_LOOP(i, n) acc += CONV(a[i]);                               \\\n"
-    "    A total = sw_block_sum<A>(acc);                                \\\n"
-    "    if (threadIdx.x == 0)                                          \\\n"
-    "        partials[blockIdx.x] = total;                              \\\n"
-    "}\n"
-    "\n"
-    "SW_SUM(f32, float, double, (double))\n"
-    "SW_SUM(f64, double, double, )\n"
-    "SW_SUM(i32, int, sw_u64, (sw_u64)(long long))\n"
-    "SW_SUM(i64, sw_u64, sw_u64, )\n"
-    "\n"
-    "/* The 8-byte result, wherever out points (a raw launch may give an\n"
-    " * address that is not 8-byte aligned). */\n"
-    "__device__ void sw_store8(unsigned char *out, sw_u64 bits)\n"
-    "{\n"
-    "    if (((sw_u64)out & 7) == 0) {\n"
-    "        *(sw_u64 *)out = bits;\n"
-    "    } else {\n"
-    "        for (int k = 0; k < 8; k++)\n"
-    "            out[k] = (unsigned char)(bits >> (8 * k));\n"
-    "    }\n"
-    "}\n"
-    "\n"
-    "/* Pass 2, one block: the sum of count <= SW_THREADS partials. */\n"
-    "extern \"C\" __global__ void sw_sum_final_f64(const double *partials,\n"
-    "                                            sw_u32 count,\n"
-    "                                            unsigned char *out)\n"
-    "{\n"
-    "    double v = threadIdx.x < count ? partials[threadIdx.x] : 0.0;\n"
-    "    double total = sw_block_sum<double>(v);\n"
-    "    if (threadIdx.x == 0)\n"
-    "        sw_store8(out, (sw_u64)__double_as_longlong(total));\n"
-    "}\n"
-    "\n"
-    "extern \"C\" __global__ void sw_sum_final_i64(const sw_u64 *partials,\n"
-    "                                            sw_u32 count,\n"
-    "                                            unsigned char *out)\n"
-    "{\n"
-    "    sw_u64 v = threadIdx.x < count ? partials[threadIdx.x] : 0ull;\n"
-    "    sw_u64 total = sw_block_sum<sw_u64>(v);\n"
-    "    if (threadIdx.x == 0)\n"
-    "        sw_store8(out, total);\n"
-    "}\n"
-    "\n"
-    "/* A 1-, 2-, 4- or 8-byte pattern at any alignment: byte i of the\n"
-    " * range is byte (i mod psize) of the pattern (little-endian). */\n"
-    "extern \"C\" __global__ void sw_fill_bytes(unsigned char *dst, sw_u64 n,\n"
-    "                                         sw_u64 pattern, sw_u32 psize)\n"
-    "{\n"
-    "    SW_LOOP(i, n) dst[i] = (unsigned char)(pattern >> (8 * (i % psize)));\n"
-    "}\n",
-};
+#include "backend/kernels/cuda_cu.h"
 
 /* Indexes of the extra kernels after the kernel x dtype grid. */
 enum {
@@ -573,32 +463,7 @@ const unsigned char *sw__cuda_kernel_params(size_t k, size_t *count)
     return cuda__params[k].size;
 }
 
-static char cuda__source[16384];
-static pthread_once_t cuda__source_once = PTHREAD_ONCE_INIT;
-
-static void cuda__source_join(void)
-{
-    size_t used = 0;
-    for (size_t i = 0; i < sizeof cuda__source_parts /
-                                sizeof cuda__source_parts[0]; i++) {
-        size_t len = strlen(cuda__source_parts[i]);
-        if (used + len >= sizeof cuda__source) {
-            /* A programming error, caught by the first test that compiles;
-             * a truncated program would fail to compile anyway. */
-            cuda__source[0] = '\0';
-            return;
-        }
-        memcpy(cuda__source + used, cuda__source_parts[i], len);
-        used += len;
-    }
-    cuda__source[used] = '\0';
-}
-
-const char *sw__cuda_kernel_source(void)
-{
-    pthread_once(&cuda__source_once, cuda__source_join);
-    return cuda__source;
-}
+const char *sw__cuda_kernel_source(void) { return sw__cuda_kernels_cu; }
 
 const char *const *sw__cuda_kernel_names(size_t *count)
 {

@@ -53,8 +53,9 @@
  * command): an enqueued marker per wait costs PoCL one more pass through
  * its scheduler threads, about 3 us of a 10 us host round trip.
  *
- * Kernels are OpenCL C, built once per device at open (PoCL also caches
- * the binaries on disk).  Element-wise kernels take one element per
+ * Kernels are OpenCL C (src/backend/kernels/opencl.cl, embedded at build
+ * time), built once per device at open (PoCL also caches the binaries on
+ * disk).  Element-wise kernels take one element per
  * work-item, with a fixed work-group size (PoCL compiles a specialisation
  * per local size, so letting the runtime choose would compile again for
  * many n) and buffer offsets as kernel arguments (OpenCL 1.2 has no
@@ -241,228 +242,11 @@ static int ocl__fail_enqueue(int index, const char *call, cl_int err)
 }
 
 /* ------------------------------------------------------------------------
- * Kernels: OpenCL C source and the table of kernel names
+ * Kernels: the OpenCL C source (src/backend/kernels/opencl.cl, embedded at
+ * build time as sw__opencl_kernels_cl) and the table of kernel names
  * ---------------------------------------------------------------------- */
 
-/* In pieces: C compilers need only support string literals of 4095 bytes,
- * and clCreateProgramWithSource takes several strings. */
-static const char *const ocl__source[] = {
-    "#pragma OPENCL FP_CONTRACT OFF\n"
-    "#ifdef SW_FP64\n"
-    "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
-    "#endif\n"
-    /* Element-wise kernels: one element per work-item, one signature for
-     * all of them (unused operands are ignored).  Offsets are in elements.
-     * No restrict: out may be a (in-place), and element i only depends on
-     * element i. */
-    "#define SW_EW(NAME, T, EXPR)                                        \\\n"
-    "__kernel void NAME(__global T *o, ulong oo, __global const T *a,    \\\n"
-    "                   ulong ao, __global const T *b, ulong bo,         \\\n"
-    "                   T alpha, ulong n)                                \\\n"
-    "{                                                                   \\\n"
-    "    ulong i = get_global_id(0);                                     \\\n"
-    "    if (i < n)                                                      \\\n"
-    "        o[oo + i] = EXPR;                                           \\\n"
-    "}\n"
-    "#define SW_ARITH(S, T)                                              \\\n"
-    "    SW_EW(sw_add_##S, T, a[ao + i] + b[bo + i])                     \\\n"
-    "    SW_EW(sw_scale_##S, T, alpha * a[ao + i])                       \\\n"
-    "    SW_EW(sw_axpy_##S, T, alpha * a[ao + i] + o[oo + i])\n"
-    "SW_EW(sw_fill_u32, uint, alpha)\n"
-    "SW_EW(sw_fill_u64, ulong, alpha)\n"
-    "SW_EW(sw_copy_u32, uint, a[ao + i])\n"
-    "SW_EW(sw_copy_u64, ulong, a[ao + i])\n"
-    "SW_ARITH(f32, float)\n"
-    "SW_ARITH(u32, uint)\n"
-    "SW_ARITH(u64, ulong)\n"
-    "#ifdef SW_FP64\n"
-    "SW_ARITH(f64, double)\n"
-    "#endif\n"
-    ,
-    /* Bytes: a pattern fill at any offset (pattern byte k is bits 8k..8k+7
-     * of pat), and an overlapping move, run by one work-item in the
-     * direction that is safe. */
-    "__kernel void sw_fill_bytes(__global uchar *o, ulong oo, ulong pat,\n"
-    "                            uint psize, ulong n)\n"
-    "{\n"
-    "    ulong i = get_global_id(0);\n"
-    "    if (i < n)\n"
-    "        o[oo + i] = (uchar)(pat >> (8 * (i % psize)));\n"
-    "}\n"
-    "__kernel void sw_move_bytes(__global uchar *o, ulong oo,\n"
-    "                            __global const uchar *a, ulong ao, ulong n)\n"
-    "{\n"
-    "    if (get_global_id(0) != 0)\n"
-    "        return;\n"
-    "    if (oo < ao) {\n"
-    "        for (ulong i = 0; i < n; i++)\n"
-    "            o[oo + i] = a[ao + i];\n"
-    "    } else {\n"
-    "        for (ulong i = n; i-- > 0;)\n"
-    "            o[oo + i] = a[ao + i];\n"
-    "    }\n"
-    "}\n"
-    /* 8 result bytes in the device's byte order at any byte offset. */
-    "void sw_store8(__global uchar *out, ulong oo, ulong bits)\n"
-    "{\n"
-    "    for (int k = 0; k < 8; k++) {\n"
-    "#ifdef __ENDIAN_LITTLE__\n"
-    "        out[oo + k] = (uchar)(bits >> (8 * k));\n"
-    "#else\n"
-    "        out[oo + k] = (uchar)(bits >> (8 * (7 - k)));\n"
-    "#endif\n"
-    "    }\n"
-    "}\n"
-    ,
-    /* Sums: see the file comment for the order.  ACC is the accumulator,
-     * CONV reads one element into it, ADD combines two accumulators. */
-    "#define SW_PLUS(x, y) ((x) + (y))\n"
-    "#define SW_SUM1(S, T, ACC, ZERO, CONV, ADD)                          \\\n"
-    "__kernel void sw_sum1_##S(__global const T *a, ulong ao, ulong n,   \\\n"
-    "                          ulong tiles, __global ACC *part)          \\\n"
-    "{                                                                   \\\n"
-    "    __local ACC s[SW_RED_L];                                        \\\n"
-    "    uint j = (uint)get_local_id(0);                                 \\\n"
-    "    ulong lo = (ulong)get_group_id(0) * tiles * SW_RED_L;           \\\n"
-    "    ulong hi = min(lo + tiles * SW_RED_L, n);                       \\\n"
-    "    ACC acc = ZERO;                                                 \\\n"
-    "    for (ulong i = lo + j; i < hi; i += SW_RED_L)                   \\\n"
-    "        acc = ADD(acc, CONV(a[ao + i]));                            \\\n"
-    "    s[j] = acc;                                                     \\\n"
-    "    barrier(CLK_LOCAL_MEM_FENCE);                                   \\\n"
-    "    for (uint t = SW_RED_L / 2; t > 0; t >>= 1) {                   \\\n"
-    "        if (j < t)                                                  \\\n"
-    "            s[j] = ADD(s[j], s[j + t]);                             \\\n"
-    "        barrier(CLK_LOCAL_MEM_FENCE);                               \\\n"
-    "    }                                                               \\\n"
-    "    if (j == 0)                                                     \\\n"
-    "        part[get_group_id(0)] = s[0];                               \\\n"
-    "}\n"
-    "#define SW_SUM2(S, ACC, ZERO, ADD, BITS)                            \\\n"
-    "__kernel void sw_sum2_##S(__global const ACC *part, ulong groups,   \\\n"
-    "                          __global uchar *out, ulong oo)            \\\n"
-    "{                                                                   \\\n"
-    "    __local ACC s[SW_RED_L];                                        \\\n"
-    "    uint j = (uint)get_local_id(0);                                 \\\n"
-    "    ACC acc = ZERO;                                                 \\\n"
-    "    for (ulong i = j; i < groups; i += SW_RED_L)                    \\\n"
-    "        acc = ADD(acc, part[i]);                                    \\\n"
-    "    s[j] = acc;                                                     \\\n"
-    "    barrier(CLK_LOCAL_MEM_FENCE);                                   \\\n"
-    "    for (uint t = SW_RED_L / 2; t > 0; t >>= 1) {                   \\\n"
-    "        if (j < t)                                                  \\\n"
-    "            s[j] = ADD(s[j], s[j + t]);                             \\\n"
-    "        barrier(CLK_LOCAL_MEM_FENCE);                               \\\n"
-    "    }                                                               \\\n"
-    "    if (j == 0)                                                     \\\n"
-    "        sw_store8(out, oo, BITS(s[0]));                             \\\n"
-    "}\n"
-    "#define SW_U64(x) ((ulong)(x))\n"
-    "#define SW_SEXT(x) ((ulong)(long)(x))\n"
-    "SW_SUM1(i32, int, ulong, 0, SW_SEXT, SW_PLUS)\n"
-    "SW_SUM1(i64, ulong, ulong, 0, SW_U64, SW_PLUS)\n"
-    "SW_SUM2(u, ulong, 0, SW_PLUS, SW_U64)\n"
-    ,
-    "#ifdef SW_FP64\n"
-    "#define SW_F2D(x) ((double)(x))\n"
-    "SW_SUM1(f32, float, double, 0.0, SW_F2D, SW_PLUS)\n"
-    "SW_SUM1(f64, double, double, 0.0, SW_F2D, SW_PLUS)\n"
-    "SW_SUM2(d, double, 0.0, SW_PLUS, as_ulong)\n"
-    "#else\n"
-    /* float-float accumulators (hi, lo) with |lo| <= ulp(hi)/2: about 48
-     * bits of significand from float arithmetic alone (FP_CONTRACT is off,
-     * so the error-free transformations are exact). */
-    "float2 sw_ff_norm(float s, float e)\n"
-    "{\n"
-    "    float h = s + e;\n"
-    "    return (float2)(h, e - (h - s));\n"
-    "}\n"
-    "float2 sw_ff_add(float2 x, float2 y)\n"
-    "{\n"
-    "    float s = x.x + y.x;\n"
-    "    if (!isfinite(s))\n" /* inf or NaN: no low part to keep */
-    "        return (float2)(s, 0.0f);\n"
-    "    float bb = s - x.x;\n"
-    "    float e = (x.x - (s - bb)) + (y.x - bb);\n"
-    "    return sw_ff_norm(s, e + (x.y + y.y));\n"
-    "}\n"
-    "#define SW_FF(x) ((float2)((x), 0.0f))\n"
-    /* The float's value as m * 2^e, m signed (0 for zeros). */
-    "void sw_ff_split(float f, long *m, int *e)\n"
-    "{\n"
-    "    uint u = as_uint(f);\n"
-    "    uint ex = (u >> 23) & 0xffu;\n"
-    "    long fr = (long)(u & 0x7fffffu);\n"
-    "    if (ex == 0) {\n"
-    "        *e = -149;\n"
-    "    } else {\n"
-    "        fr |= 0x800000L;\n"
-    "        *e = (int)ex - 150;\n"
-    "    }\n"
-    "    *m = (u >> 31) ? -fr : fr;\n"
-    "}\n"
-    /* hi + lo rounded to the nearest double (ties to even), as its bits. */
-    "ulong sw_ff_bits(float2 v)\n"
-    "{\n"
-    "    uint uh = as_uint(v.x);\n"
-    "    if (((uh >> 23) & 0xffu) == 0xffu)\n"
-    "        return ((ulong)(uh >> 31) << 63) | 0x7ff0000000000000UL |\n"
-    "               ((ulong)(uh & 0x7fffffu) << 29);\n"
-    "    long mh, ml;\n"
-    "    int eh, el;\n"
-    "    sw_ff_split(v.x, &mh, &eh);\n"
-    "    sw_ff_split(v.y, &ml, &el);\n"
-    "    if (mh == 0 && ml == 0)\n"
-    "        return (ulong)(uh >> 31) << 63;\n"
-    "    if (mh == 0 || (ml != 0 && el > eh)) {\n"
-    "        long tm = mh; mh = ml; ml = tm;\n"
-    "        int te = eh; eh = el; el = te;\n"
-    "    }\n"
-    "    long t;\n"
-    "    int e;\n"
-    "    int d = ml == 0 ? 0 : eh - el;\n"
-    "    if (ml == 0) {\n"
-    "        t = mh;\n"
-    "        e = eh;\n"
-    "    } else if (d <= 37) {\n"
-    "        t = mh * (1L << d) + ml;\n"
-    "        e = el;\n"
-    "    } else {\n"
-    /* lo lies below the 61 bits kept: shift it down (rounding toward
-     * minus infinity) and keep a sticky bit for what was lost. */
-    "        int k = d - 37;\n"
-    "        long q;\n"
-    "        if (k > 40)\n"
-    "            q = ml < 0 ? -1 : 0;\n"
-    "        else if (ml >= 0)\n"
-    "            q = ml >> k;\n"
-    "        else\n"
-    "            q = -((-ml + (1L << k) - 1) >> k);\n"
-    "        int lost = k > 40 ? 1 : (ml - q * (1L << k)) != 0;\n"
-    "        t = (mh * (1L << 37) + q) * 2 + lost;\n"
-    "        e = el + k - 1;\n"
-    "    }\n"
-    "    if (t == 0)\n"
-    "        return 0;\n"
-    "    ulong sign = t < 0 ? (1UL << 63) : 0;\n"
-    "    ulong mag = t < 0 ? (ulong)(-t) : (ulong)t;\n"
-    "    int lz = (int)clz(mag);\n"
-    "    ulong norm = mag << lz;\n"
-    "    ulong m = norm >> 11;\n"
-    "    ulong rem = norm & 0x7ffUL;\n"
-    "    int x2 = e + 63 - lz;\n"
-    "    if (rem > 0x400UL || (rem == 0x400UL && (m & 1UL)))\n"
-    "        m++;\n"
-    "    if (m >> 53) {\n"
-    "        m >>= 1;\n"
-    "        x2++;\n"
-    "    }\n"
-    "    return sign | ((ulong)(x2 + 1023) << 52) | (m & 0xfffffffffffffUL);\n"
-    "}\n"
-    "SW_SUM1(f32, float, float2, (float2)(0.0f, 0.0f), SW_FF, sw_ff_add)\n"
-    "SW_SUM2(d, float2, (float2)(0.0f, 0.0f), sw_ff_add, sw_ff_bits)\n"
-    "#endif\n",
-};
+#include "backend/kernels/opencl_cl.h"
 
 typedef enum ocl__kid {
     OCL__FILL_U32,
@@ -1023,9 +807,9 @@ static int ocl__build(sw__bdev *dev, size_t red_local)
     snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DSW_RED_L=%zu%s", red_local,
              dev->fp64 ? " -DSW_FP64=1" : "");
     cl_int err = CL_SUCCESS;
-    cl_program prog = clCreateProgramWithSource(
-        dev->ctx, (cl_uint)(sizeof ocl__source / sizeof ocl__source[0]),
-        (const char **)ocl__source, NULL, &err);
+    const char *src = sw__opencl_kernels_cl;
+    cl_program prog = clCreateProgramWithSource(dev->ctx, 1, &src, NULL,
+                                                &err);
     if (!prog || err != CL_SUCCESS)
         return ocl__fail(ocl__code(err), dev->index,
                          "clCreateProgramWithSource", err, NULL);
