@@ -1,6 +1,23 @@
 /*
  * opencl.c -- the OpenCL backend: any OpenCL 1.2+ platform (CI: PoCL).
  *
+ * The divisions of this file, in order:
+ *   - OpenCL error names, and the spillway codes they map to.
+ *   - Kernels: the embedded source (src/backend/kernels/opencl.cl) and the
+ *     table of its entry points.
+ *   - Types: deferred frees, queues, devices, events.
+ *   - The device list, taken once per process.
+ *   - Small helpers.
+ *   - Events and the deferred frees.
+ *   - Launching kernels: arguments, element-wise launches, byte fills and
+ *     moves.
+ *   - Queues.
+ *   - Configuration from the environment.
+ *   - Building the kernels for a device.
+ *   - Operations (the ops table's functions): devices and memory; queues
+ *     and transfers; kernels; events and waiting.
+ *   - The ops table.
+ *
  * Devices.  Every available device of every platform whose OpenCL version is
  * 1.2 or newer and that has a compiler is listed, platform by platform in
  * the order clGetPlatformIDs gives them: opencl:0, opencl:1, ...  The list

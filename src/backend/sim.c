@@ -1,14 +1,27 @@
 /*
  * sim.c -- the simulated device: the default backend, no hardware needed.
  *
+ * The divisions of this file, in order:
+ *   - Types: commands, events, queues, devices.
+ *   - Checking commands: every operand inside a live allocation (the proof
+ *     itself is sim_arena.c's), or a report and abort().
+ *   - Kernels: the built-in kernels on the host, as the worker runs them.
+ *   - Events.
+ *   - Queues: the worker thread and its FIFO, enqueueing, queue lifetime.
+ *   - fork(): draining and re-arming the workers around a fork.
+ *   - Configuration from the environment.
+ *   - Operations (the ops table's functions): devices and memory; queues
+ *     and work; events and waiting.
+ *   - The ops table.
+ *
  * A device is one fixed-size arena of host memory (mmap'd, MAP_NORESERVE,
- * so an unused arena costs address space only) carved by a real allocator,
- * so that fragmentation, out-of-memory and device_free behave as on a GPU.
- * Device addresses are host addresses.  Each queue is a worker thread that
- * runs a FIFO of commands; all device work, transfers included, runs there,
- * so it is as asynchronous as on real hardware and ordering bugs show up.
- * (The one shortcut: a small free on a queue with nothing pending runs at
- * once, which stream order allows.)
+ * so an unused arena costs address space only) carved by a real allocator
+ * (sim_arena.c), so that fragmentation, out-of-memory and device_free
+ * behave as on a GPU.  Device addresses are host addresses.  Each queue is
+ * a worker thread that runs a FIFO of commands; all device work, transfers
+ * included, runs there, so it is as asynchronous as on real hardware and
+ * ordering bugs show up.  (The one shortcut: a small free on a queue with
+ * nothing pending runs at once, which stream order allows.)
  *
  * The sim doubles as a checker: before a command touches device memory the
  * worker proves that every byte range lies inside one live block, and
@@ -29,6 +42,7 @@
  *    only the fork handlers walk.
  */
 #include "backend.h"
+#include "sim_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -36,13 +50,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define SIM__MAX_DEVICES 64
 #define SIM__DEFAULT_MEMORY (UINT64_C(1) << 30)
 #define SIM__MIN_MEMORY (UINT64_C(1) << 20)
 #define SIM__MAX_MEMORY (UINT64_C(1) << 40)
-#define SIM__POISON 0xDB
 /* Frees of blocks below SIM__LAZY_FREE_MAX are cheap: on an idle queue
  * they run at once on the caller, and queued behind other work they do not
  * wake a sleeping worker (a futex wake and a context switch cost ten times
@@ -56,36 +68,6 @@
 /* ------------------------------------------------------------------------
  * Types
  * ---------------------------------------------------------------------- */
-
-typedef enum sim__block_state {
-    SIM__FREE,   /* in the free tree: may be handed out */
-    SIM__LIVE,   /* in the live tree: allocated */
-    SIM__DOOMED, /* in the live tree: allocated, its free is queued */
-    SIM__DYING,  /* in no tree: being poisoned, then back to FREE */
-} sim__block_state;
-
-/* A block covers [addr, addr + size).  Blocks tile the arena without gaps;
- * prev/next link them in address order so a free can coalesce.  A block is
- * in at most one tree at a time, so the two trees share the links. */
-typedef struct sim__block {
-    struct sim__block *prev, *next;
-    struct sim__block *left, *right;
-    uintptr_t addr;
-    size_t size;
-    uint32_t prio; /* treap heap key, fixed for the struct's life */
-    unsigned char state;
-} sim__block;
-
-typedef struct sim__arena {
-    pthread_mutex_t mu;
-    unsigned char *base;
-    size_t capacity;
-    size_t allocated;      /* bytes in LIVE, DOOMED and DYING blocks */
-    sim__block *first;     /* lowest block; never merged away */
-    sim__block *free_root; /* FREE blocks by (size, addr): best fit */
-    sim__block *live_root; /* LIVE and DOOMED blocks by addr: lookups */
-    uint32_t rng;
-} sim__arena;
 
 typedef enum sim__cmd_kind {
     SIM__CMD_WRITE,
@@ -162,343 +144,8 @@ struct sw__bdev {
 };
 
 /* ------------------------------------------------------------------------
- * Treaps.  Iterative split/merge, so 10^6 blocks cost O(log n) per
- * operation with no recursion and no parent pointers.  Keys are unique:
- * addresses are, and (size, addr) pairs therefore too.
+ * Checking commands
  * ---------------------------------------------------------------------- */
-
-static int sim__before(const sim__block *x, const sim__block *y, int by_size)
-{
-    if (by_size && x->size != y->size)
-        return x->size < y->size;
-    return x->addr < y->addr;
-}
-
-/* Nodes of t before key go to *l, the others to *r. */
-static void sim__split(sim__block *t, const sim__block *key, int by_size,
-                       sim__block **l, sim__block **r)
-{
-    while (t) {
-        if (sim__before(t, key, by_size)) {
-            *l = t;
-            l = &t->right;
-            t = t->right;
-        } else {
-            *r = t;
-            r = &t->left;
-            t = t->left;
-        }
-    }
-    *l = NULL;
-    *r = NULL;
-}
-
-/* pre: every key of a is before every key of b. */
-static sim__block *sim__merge(sim__block *a, sim__block *b)
-{
-    sim__block *root = NULL, **pp = &root;
-    while (a && b) {
-        if (a->prio > b->prio) {
-            *pp = a;
-            pp = &a->right;
-            a = a->right;
-        } else {
-            *pp = b;
-            pp = &b->left;
-            b = b->left;
-        }
-    }
-    *pp = a ? a : b;
-    return root;
-}
-
-static void sim__treap_insert(sim__block **root, sim__block *x, int by_size)
-{
-    while (*root && (*root)->prio >= x->prio)
-        root = sim__before(x, *root, by_size) ? &(*root)->left
-                                               : &(*root)->right;
-    sim__split(*root, x, by_size, &x->left, &x->right);
-    *root = x;
-}
-
-/* pre: x is in the tree. */
-static void sim__treap_remove(sim__block **root, sim__block *x, int by_size)
-{
-    while (*root != x)
-        root = sim__before(x, *root, by_size) ? &(*root)->left
-                                               : &(*root)->right;
-    *root = sim__merge(x->left, x->right);
-    x->left = x->right = NULL;
-}
-
-/* The smallest free block of at least size bytes, lowest address first. */
-static sim__block *sim__best_fit(sim__block *t, size_t size)
-{
-    sim__block *best = NULL;
-    while (t) {
-        if (t->size >= size) {
-            best = t;
-            t = t->left;
-        } else {
-            t = t->right;
-        }
-    }
-    return best;
-}
-
-/* The live block with the highest address <= p. */
-static sim__block *sim__live_floor(sim__block *t, uintptr_t p)
-{
-    sim__block *best = NULL;
-    while (t) {
-        if (t->addr <= p) {
-            best = t;
-            t = t->right;
-        } else {
-            t = t->left;
-        }
-    }
-    return best;
-}
-
-/* ------------------------------------------------------------------------
- * Arena
- * ---------------------------------------------------------------------- */
-
-static uint32_t sim__random(sim__arena *ar)
-{
-    uint32_t x = ar->rng; /* xorshift32: deterministic runs */
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return ar->rng = x;
-}
-
-static int sim__arena_init(sim__arena *ar, int index, size_t capacity)
-{
-    memset(ar, 0, sizeof *ar);
-    sim__block *b = calloc(1, sizeof *b);
-    if (!b)
-        return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
-                          index);
-    void *p = mmap(NULL, capacity, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
-        int e = errno;
-        free(b);
-        return sw__errorf(SW_ERR_HOST_OOM,
-                          "sim:%d: cannot map a %zu-byte arena: %s", index,
-                          capacity, strerror(e));
-    }
-    pthread_mutex_init(&ar->mu, NULL);
-    ar->base = p;
-    ar->capacity = capacity;
-    ar->rng = 0x9E3779B9u ^ (uint32_t)index;
-    b->addr = (uintptr_t)p;
-    b->size = capacity;
-    b->state = SIM__FREE;
-    b->prio = sim__random(ar);
-    ar->first = b;
-    ar->free_root = b;
-    return SW_OK;
-}
-
-static void sim__arena_destroy(sim__arena *ar)
-{
-    sim__block *b = ar->first;
-    while (b) {
-        sim__block *next = b->next;
-        free(b);
-        b = next;
-    }
-    munmap(ar->base, ar->capacity);
-    pthread_mutex_destroy(&ar->mu);
-}
-
-static size_t sim__largest_free(const sim__arena *ar)
-{
-    const sim__block *t = ar->free_root;
-    while (t && t->right)
-        t = t->right;
-    return t ? t->size : 0;
-}
-
-/* Best fit; the block is carved from the low end of the free block chosen,
- * the remainder stays free. */
-static int sim__arena_alloc(sim__arena *ar, int index, size_t size,
-                            uintptr_t *mem)
-{
-    /* Allocated before taking the lock so that the critical section does
-     * not include malloc; given back when the fit is exact. */
-    sim__block *rest = malloc(sizeof *rest);
-    if (!rest)
-        return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
-                          index);
-    pthread_mutex_lock(&ar->mu);
-    sim__block *b = sim__best_fit(ar->free_root, size);
-    if (!b) {
-        size_t avail = ar->capacity - ar->allocated;
-        size_t largest = sim__largest_free(ar);
-        pthread_mutex_unlock(&ar->mu);
-        free(rest);
-        return sw__errorf(SW_ERR_OOM,
-                          "sim:%d: no free block of %zu bytes (free %zu of "
-                          "%zu bytes, largest free block %zu)",
-                          index, size, avail, ar->capacity, largest);
-    }
-    sim__treap_remove(&ar->free_root, b, 1);
-    if (b->size > size) {
-        rest->addr = b->addr + size;
-        rest->size = b->size - size;
-        rest->state = SIM__FREE;
-        rest->left = rest->right = NULL;
-        rest->prio = sim__random(ar);
-        rest->prev = b;
-        rest->next = b->next;
-        if (b->next)
-            b->next->prev = rest;
-        b->next = rest;
-        b->size = size;
-        sim__treap_insert(&ar->free_root, rest, 1);
-        rest = NULL;
-    }
-    b->state = SIM__LIVE;
-    sim__treap_insert(&ar->live_root, b, 0);
-    ar->allocated += size;
-    *mem = b->addr;
-    pthread_mutex_unlock(&ar->mu);
-    free(rest);
-    return SW_OK;
-}
-
-/* The link (root or child pointer) that holds the live block starting at
- * mem, or NULL: lookup and removal in one descent.  Under ar->mu. */
-static sim__block **sim__live_link(sim__arena *ar, uintptr_t mem)
-{
-    sim__block **pp = &ar->live_root;
-    while (*pp && (*pp)->addr != mem)
-        pp = mem < (*pp)->addr ? &(*pp)->left : &(*pp)->right;
-    return *pp ? pp : NULL;
-}
-
-/* Second half of a free: b has left the live tree (so from then on any
- * command touching it is caught) and is DYING.  Poison it outside the lock,
- * then return it to the free tree merged with its free neighbours. */
-static void sim__arena_release(sim__arena *ar, sim__block *b, int poison)
-{
-    /* No one else touches a DYING block: the allocator skips it and the
-     * neighbours cannot merge with it. */
-    if (poison)
-        memset((void *)b->addr, SIM__POISON, b->size);
-
-    sim__block *gone[2] = {NULL, NULL};
-    pthread_mutex_lock(&ar->mu);
-    ar->allocated -= b->size;
-    b->state = SIM__FREE;
-    sim__block *n = b->next;
-    if (n && n->state == SIM__FREE) {
-        sim__treap_remove(&ar->free_root, n, 1);
-        b->size += n->size;
-        b->next = n->next;
-        if (n->next)
-            n->next->prev = b;
-        gone[0] = n;
-    }
-    sim__block *p = b->prev;
-    if (p && p->state == SIM__FREE) {
-        sim__treap_remove(&ar->free_root, p, 1);
-        p->size += b->size;
-        p->next = b->next;
-        if (b->next)
-            b->next->prev = p;
-        gone[1] = b;
-        b = p;
-    }
-    sim__treap_insert(&ar->free_root, b, 1);
-    pthread_mutex_unlock(&ar->mu);
-    free(gone[0]);
-    free(gone[1]);
-}
-
-/* Returns a queue's reservation (never seen by any command, so not
- * poisoned).  The queue's work is done. */
-static void sim__unreserve(sim__arena *ar, uintptr_t mem)
-{
-    pthread_mutex_lock(&ar->mu);
-    sim__block **link = sim__live_link(ar, mem);
-    sim__block *b = *link;
-    *link = sim__merge(b->left, b->right);
-    b->left = b->right = NULL;
-    b->state = SIM__DYING;
-    pthread_mutex_unlock(&ar->mu);
-    sim__arena_release(ar, b, 0);
-}
-
-/* A queued free, reached by the worker. */
-static void sim__arena_retire(sim__arena *ar, sim__block *b)
-{
-    pthread_mutex_lock(&ar->mu);
-    sim__treap_remove(&ar->live_root, b, 0);
-    b->state = SIM__DYING;
-    pthread_mutex_unlock(&ar->mu);
-    sim__arena_release(ar, b, 1);
-}
-
-/* ------------------------------------------------------------------------
- * Validation: every byte range a command touches must lie inside one live
- * block.  On failure the process aborts with a report of what is there.
- * ---------------------------------------------------------------------- */
-
-typedef struct sim__range {
-    const char *name;
-    uintptr_t p;
-    size_t len;
-} sim__range;
-
-static int sim__range_ok(const sim__arena *ar, const sim__range *r)
-{
-    const sim__block *b = sim__live_floor(ar->live_root, r->p);
-    return b && r->len <= b->size && r->p - b->addr <= b->size - r->len;
-}
-
-/* What lies at r->p, for the report.  Under ar->mu.  The walk along the
- * address list is linear, but runs once, on the way to abort(). */
-static void sim__describe(const sim__arena *ar, const sim__range *r,
-                          char *buf, size_t len)
-{
-    uintptr_t lo = (uintptr_t)ar->base, hi = lo + ar->capacity;
-    if (r->p < lo || r->p >= hi) {
-        snprintf(buf, len,
-                 "it is outside this device's arena [0x%" PRIxPTR "+%zu)",
-                 lo, ar->capacity);
-        return;
-    }
-    const sim__block *live = sim__live_floor(ar->live_root, r->p);
-    if (live && r->p - live->addr < live->size) {
-        snprintf(buf, len,
-                 "it starts inside live block [0x%" PRIxPTR "+%zu) but runs "
-                 "%zu bytes past its end",
-                 live->addr, live->size,
-                 (size_t)(r->p - live->addr) + r->len - live->size);
-        return;
-    }
-    const sim__block *b = live ? live->next : ar->first;
-    while (b && r->p - b->addr >= b->size)
-        b = b->next;
-    if (!b) { /* cannot happen: blocks tile the arena */
-        snprintf(buf, len, "no block covers it");
-        return;
-    }
-    int n = snprintf(buf, len, "nearest block: [0x%" PRIxPTR "+%zu) %s",
-                     b->addr, b->size,
-                     b->state == SIM__DYING
-                         ? "being freed"
-                         : "freed (free memory: freed, or never allocated)");
-    if (live && n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n,
-                 "; nearest live block below: [0x%" PRIxPTR "+%zu)",
-                 live->addr, live->size);
-}
 
 static const char *sim__kernel_name(sw_kernel k)
 {
@@ -558,27 +205,24 @@ static void sim__cmd_describe(const sim__cmd *c, char *buf, size_t len)
     }
 }
 
-/* One lock acquisition checks all operands of a command. */
+/* Every operand of a command inside a live allocation, or a report and
+ * abort(): what the command, operand and range were and what is there. */
 static void sim__check(sw__bqueue *q, const sim__cmd *c, const sim__range *r,
                        int count)
 {
-    sim__arena *ar = &q->dev->arena;
-    pthread_mutex_lock(&ar->mu);
-    for (int i = 0; i < count; i++) {
-        if (sim__range_ok(ar, &r[i]))
-            continue;
-        char what[160], there[320];
-        sim__cmd_describe(c, what, sizeof what);
-        sim__describe(ar, &r[i], there, sizeof there);
-        pthread_mutex_unlock(&ar->mu);
-        fprintf(stderr,
-                "spillway sim:%d: FATAL: %s: operand %s [0x%" PRIxPTR
-                "+%zu) is not inside a live allocation (%s)\n",
-                q->dev->index, what, r[i].name, r[i].p, r[i].len, there);
-        fflush(stderr);
-        abort();
-    }
-    pthread_mutex_unlock(&ar->mu);
+    char there[320];
+    int i = sw__sim_arena_check(&q->dev->arena, r, count, there,
+                                sizeof there);
+    if (i < 0)
+        return;
+    char what[160];
+    sim__cmd_describe(c, what, sizeof what);
+    fprintf(stderr,
+            "spillway sim:%d: FATAL: %s: operand %s [0x%" PRIxPTR
+            "+%zu) is not inside a live allocation (%s)\n",
+            q->dev->index, what, r[i].name, r[i].p, r[i].len, there);
+    fflush(stderr);
+    abort();
 }
 
 /* ------------------------------------------------------------------------
@@ -850,7 +494,7 @@ static void sim__execute(sw__bqueue *q, sim__cmd *c)
         sim__run_kernel(q, c);
         break;
     case SIM__CMD_FREE:
-        sim__arena_retire(&q->dev->arena, c->u.free);
+        sw__sim_arena_retire(&q->dev->arena, c->u.free);
         break;
     case SIM__CMD_MARKER:
         sim__event_complete(c->u.marker);
@@ -1157,7 +801,7 @@ static int sim_open(int index, sw__bdev **out, sw__device_props *props)
         return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
                           index);
     dev->index = index;
-    rc = sim__arena_init(&dev->arena, index, (size_t)cap);
+    rc = sw__sim_arena_init(&dev->arena, index, (size_t)cap);
     if (rc != SW_OK) {
         free(dev);
         return rc;
@@ -1174,7 +818,7 @@ static int sim_open(int index, sw__bdev **out, sw__device_props *props)
             pp = &(*pp)->next;
         *pp = dev->next;
         pthread_mutex_unlock(&sim__registry_mu);
-        sim__arena_destroy(&dev->arena);
+        sw__sim_arena_destroy(&dev->arena);
         free(dev);
         return rc;
     }
@@ -1209,7 +853,7 @@ static void sim_close(sw__bdev *dev)
         pp = &(*pp)->next;
     *pp = dev->next;
     pthread_mutex_unlock(&sim__registry_mu);
-    sim__arena_destroy(&dev->arena);
+    sw__sim_arena_destroy(&dev->arena);
     free(dev);
 }
 
@@ -1220,7 +864,7 @@ static int sim_alloc(sw__bdev *dev, size_t size, uintptr_t *mem)
                           "sim:%d: allocation of %zu bytes: not a positive "
                           "multiple of %u",
                           dev->index, size, SW_ALLOC_GRANULARITY);
-    return sim__arena_alloc(&dev->arena, dev->index, size, mem);
+    return sw__sim_arena_alloc(&dev->arena, size, mem);
 }
 
 /* The block is checked now, so a double free or a wrong size is an error
@@ -1244,50 +888,24 @@ static int sim_free(sw__bdev *dev, sw__bqueue *q, uintptr_t mem, size_t size)
     if (!now && !(c = sim__cmd_new(q, SIM__CMD_FREE)))
         return SW_ERR_HOST_OOM;
 
-    sim__arena *ar = &dev->arena;
-    pthread_mutex_lock(&ar->mu);
-    sim__block **link = sim__live_link(ar, mem);
-    sim__block *b = link ? *link : NULL;
-    if (!b || b->size != size || b->state != SIM__LIVE) {
-        const char *why = !b                     ? "is not a live allocation"
-                          : b->state != SIM__LIVE ? "is already being freed"
-                                                  : "has another size";
-        size_t real = b ? b->size : 0;
-        pthread_mutex_unlock(&ar->mu);
+    sim__block *b = NULL;
+    int rc = sw__sim_arena_free(&dev->arena, mem, size, now, &b);
+    if (rc != SW_OK || now) {
         free(c);
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "sim:%d: free of [0x%" PRIxPTR "+%zu): the block %s"
-                          " (allocated size %zu)",
-                          dev->index, mem, size, why, real);
+        return rc;
     }
-    if (now) {
-        *link = sim__merge(b->left, b->right);
-        b->left = b->right = NULL;
-        b->state = SIM__DYING;
-        pthread_mutex_unlock(&ar->mu);
-        sim__arena_release(ar, b, 1);
-        return SW_OK;
-    }
-    b->state = SIM__DOOMED;
-    pthread_mutex_unlock(&ar->mu);
     c->u.free = b;
-    int rc = sim__enqueue(q, c, size < SIM__LAZY_FREE_MAX);
-    if (rc != SW_OK) {
-        pthread_mutex_lock(&ar->mu);
-        b->state = SIM__LIVE;
-        pthread_mutex_unlock(&ar->mu);
-    }
+    rc = sim__enqueue(q, c, size < SIM__LAZY_FREE_MAX);
+    if (rc != SW_OK)
+        sw__sim_arena_undoom(&dev->arena, b);
     return rc;
 }
 
 static int sim_mem_info(sw__bdev *dev, uint64_t *free_bytes, uint64_t *total,
                         int *free_known)
 {
-    sim__arena *ar = &dev->arena;
-    pthread_mutex_lock(&ar->mu);
-    *free_bytes = ar->capacity - ar->allocated;
-    pthread_mutex_unlock(&ar->mu);
-    *total = ar->capacity;
+    *free_bytes = sw__sim_arena_free_bytes(&dev->arena);
+    *total = dev->arena.capacity;
     *free_known = 1;
     return SW_OK;
 }
@@ -1305,13 +923,13 @@ static sw__bqueue *sim_default_queue(sw__bdev *dev) { return dev->default_q; }
 static int sim_queue_create(sw__bdev *dev, sw__bqueue **out)
 {
     uintptr_t reserve = 0;
-    int rc = sim__arena_alloc(&dev->arena, dev->index, SW_SIM_QUEUE_RESERVE,
-                              &reserve);
+    int rc = sw__sim_arena_alloc(&dev->arena, SW_SIM_QUEUE_RESERVE,
+                                 &reserve);
     if (rc != SW_OK)
         return rc;
     rc = sim__queue_new(dev, out);
     if (rc != SW_OK) {
-        sim__unreserve(&dev->arena, reserve);
+        sw__sim_arena_unreserve(&dev->arena, reserve);
         return rc;
     }
     (*out)->reserve = reserve;
@@ -1327,7 +945,7 @@ static void sim_queue_destroy(sw__bqueue *q)
     uintptr_t reserve = q->reserve;
     sim__queue_free(q);
     if (reserve)
-        sim__unreserve(&dev->arena, reserve);
+        sw__sim_arena_unreserve(&dev->arena, reserve);
 }
 
 /* q waits for ev: nothing to do if it is complete already. */
