@@ -760,10 +760,6 @@ static void cuda_close(sw__bdev *d)
 
 static int cuda_alloc(sw__bdev *d, size_t size, uintptr_t *mem)
 {
-    if (size == 0 || size % SW_ALLOC_GRANULARITY != 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: allocation of %zu "
-                          "bytes: not a positive multiple of %u", d->index,
-                          size, SW_ALLOC_GRANULARITY);
     cuda__scope s;
     int rc = cuda__enter(d, &s);
     if (rc != SW_OK)
@@ -957,9 +953,6 @@ static int cuda_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
                       const void *src, size_t n)
 {
     sw__bdev *d = q->dev;
-    if (n == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: write of 0 bytes",
-                          d->index);
     cuda__scope s;
     int rc = cuda__enter(d, &s);
     if (rc != SW_OK)
@@ -980,9 +973,6 @@ static int cuda_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
                      size_t n)
 {
     sw__bdev *d = q->dev;
-    if (n == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: read of 0 bytes",
-                          d->index);
     cuda__scope s;
     int rc = cuda__enter(d, &s);
     if (rc != SW_OK)
@@ -1002,9 +992,6 @@ static int cuda_copy(sw__bqueue *q, uintptr_t dst, size_t dst_off,
                      uintptr_t src, size_t src_off, size_t n)
 {
     sw__bdev *d = q->dev;
-    if (n == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: copy of 0 bytes",
-                          d->index);
     cuda__scope s;
     int rc = cuda__enter(d, &s);
     if (rc != SW_OK)
@@ -1088,14 +1075,6 @@ static int cuda_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
                      const void *pattern, size_t pattern_size)
 {
     sw__bdev *d = q->dev;
-    if ((pattern_size != 1 && pattern_size != 2 && pattern_size != 4 &&
-         pattern_size != 8) ||
-        n == 0 || n % pattern_size != 0)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "cuda:%d: fill of %zu bytes with a %zu-byte "
-                          "pattern: the pattern must be 1, 2, 4 or 8 bytes "
-                          "and divide a nonzero length",
-                          d->index, n, pattern_size);
     const unsigned char *pat = pattern;
     swcu_deviceptr p = (swcu_deviceptr)(dst + dst_off);
     int uniform = 1;
@@ -1241,30 +1220,6 @@ static int cuda__kernels_ready(sw__bdev *d)
     }
     d->module = mod;
     return SW_OK;
-}
-
-static const char *cuda__kernel_name(sw_kernel k)
-{
-    switch (k) {
-    case SW_KERNEL_FILL: return "FILL";
-    case SW_KERNEL_COPY: return "COPY";
-    case SW_KERNEL_ADD: return "ADD";
-    case SW_KERNEL_SCALE: return "SCALE";
-    case SW_KERNEL_AXPY: return "AXPY";
-    case SW_KERNEL_SUM: return "SUM";
-    }
-    return NULL;
-}
-
-static const char *cuda__dtype_name(sw_dtype t)
-{
-    switch (t) {
-    case SW_FLOAT32: return "float32";
-    case SW_FLOAT64: return "float64";
-    case SW_INT32: return "int32";
-    case SW_INT64: return "int64";
-    }
-    return NULL;
 }
 
 /* Scratch of `bytes` on q's stream for an overlapping COPY: from the pool
@@ -1422,49 +1377,17 @@ static int cuda__launch(sw__bqueue *q, const sw_kernel_args *a, size_t es)
                       d->index, (int)a->kernel);
 }
 
+/* The core has checked the kernel, dtype, count and the typed operands'
+ * alignment: a misaligned access would end the context for good (a sticky
+ * CUDA_ERROR_MISALIGNED_ADDRESS), so none reaches the GPU.  FILL and COPY
+ * take any alignment (bytes), SUM stores its result wherever out points. */
 static int cuda_launch(sw__bqueue *q, const sw_kernel_args *args)
 {
     sw__bdev *d = q->dev;
-    const char *kname = cuda__kernel_name(args->kernel);
-    const char *dname = cuda__dtype_name(args->dtype);
-    if (kname == NULL || dname == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "cuda:%d: unknown %s %d in a kernel launch",
-                          d->index, kname ? "dtype" : "kernel",
-                          kname ? (int)args->dtype : (int)args->kernel);
-    size_t es = args->dtype == SW_FLOAT64 || args->dtype == SW_INT64 ? 8 : 4;
-    if (args->n == 0 || args->n > SIZE_MAX / es)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "cuda:%d: kernel %s %s with n=%zu elements",
-                          d->index, kname, dname, args->n);
-    /* A misaligned access would end the context for good (a sticky
-     * CUDA_ERROR_MISALIGNED_ADDRESS): refuse what the typed loops cannot
-     * do.  FILL and COPY take any alignment (bytes), SUM stores its
-     * result wherever out points. */
-    const sw_devmem *need[3] = {NULL, NULL, NULL};
-    const char *names[3] = {"out", "a", "b"};
-    switch (args->kernel) {
-    case SW_KERNEL_ADD:
-        need[2] = &args->b;
-        /* fall through */
-    case SW_KERNEL_SCALE:
-    case SW_KERNEL_AXPY:
-        need[0] = &args->out;
-        /* fall through */
-    case SW_KERNEL_SUM:
-        need[1] = &args->a;
-        break;
-    default:
-        break;
-    }
-    for (int i = 0; i < 3; i++) {
-        if (need[i] && (need[i]->base + need[i]->offset) % es != 0)
-            return sw__errorf(SW_ERR_INVALID_ARG,
-                              "cuda:%d: kernel %s %s: operand %s at 0x%" PRIxPTR
-                              " is not aligned to its %zu-byte elements",
-                              d->index, kname, dname, names[i],
-                              need[i]->base + need[i]->offset, es);
-    }
+    if ((unsigned)args->dtype > SW_INT64) /* kernels for these four only */
+        return sw__errorf(SW_ERR_DTYPE, "cuda:%d: no %s kernels", d->index,
+                          sw_dtype_name(args->dtype));
+    size_t es = sw_dtype_size(args->dtype);
     cuda__scope s;
     int rc = cuda__enter(d, &s);
     if (rc != SW_OK)

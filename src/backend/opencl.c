@@ -122,6 +122,7 @@
 
 #include "backend.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -462,21 +463,6 @@ static void ocl__enumerate(void)
  * Small helpers
  * ---------------------------------------------------------------------- */
 
-static void ocl__human(uint64_t n, char *buf, size_t len)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)n;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, len, "%" PRIu64 " B", n);
-    else
-        snprintf(buf, len, "%.2f %s", v, unit[u]);
-}
-
 static size_t ocl__pow2_floor(size_t x)
 {
     size_t p = 1;
@@ -486,35 +472,6 @@ static size_t ocl__pow2_floor(size_t x)
 }
 
 static size_t ocl__round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
-
-static const char *ocl__kernel_name(sw_kernel k)
-{
-    switch (k) {
-    case SW_KERNEL_FILL: return "FILL";
-    case SW_KERNEL_COPY: return "COPY";
-    case SW_KERNEL_ADD: return "ADD";
-    case SW_KERNEL_SCALE: return "SCALE";
-    case SW_KERNEL_AXPY: return "AXPY";
-    case SW_KERNEL_SUM: return "SUM";
-    }
-    return NULL;
-}
-
-static const char *ocl__dtype_name(sw_dtype d)
-{
-    switch (d) {
-    case SW_FLOAT32: return "float32";
-    case SW_FLOAT64: return "float64";
-    case SW_INT32: return "int32";
-    case SW_INT64: return "int64";
-    }
-    return NULL;
-}
-
-static size_t ocl__dtype_size(sw_dtype d)
-{
-    return d == SW_FLOAT64 || d == SW_INT64 ? 8 : 4;
-}
 
 /* ------------------------------------------------------------------------
  * Events and the deferred frees
@@ -1049,8 +1006,8 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
     }
 
     char cap[32], gm[32];
-    ocl__human(dev->capacity, cap, sizeof cap);
-    ocl__human(gmem, gm, sizeof gm);
+    sw_format_bytes(dev->capacity, cap, sizeof cap);
+    sw_format_bytes(gmem, gm, sizeof gm);
     /* Composed at full length, then cut to the field. */
     char desc[320];
     if (dev->capacity < gmem)
@@ -1087,17 +1044,12 @@ static void ocl_close(sw__bdev *dev)
 
 static int ocl_alloc(sw__bdev *dev, size_t size, uintptr_t *mem)
 {
-    if (size == 0 || size % SW_ALLOC_GRANULARITY != 0)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "opencl:%d: allocation of %zu bytes: not a positive "
-                          "multiple of %u",
-                          dev->index, size, SW_ALLOC_GRANULARITY);
     ocl__reap_all(dev);
     if (size > dev->capacity - dev->allocated) {
         char a[32], c[32], s[32];
-        ocl__human(dev->allocated, a, sizeof a);
-        ocl__human(dev->capacity, c, sizeof c);
-        ocl__human(size, s, sizeof s);
+        sw_format_bytes(dev->allocated, a, sizeof a);
+        sw_format_bytes(dev->capacity, c, sizeof c);
+        sw_format_bytes(size, s, sizeof s);
         return sw__errorf(SW_ERR_OOM,
                           "opencl:%d: %s more would pass the device's "
                           "capacity of %s (%s, %" PRIu64 " bytes, are "
@@ -1200,9 +1152,6 @@ static void ocl_queue_destroy(sw__bqueue *q)
 static int ocl_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
                      const void *src, size_t n)
 {
-    if (n == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "opencl:%d: write of 0 bytes",
-                          q->dev->index);
     cl_event ev = NULL;
     cl_int err = clEnqueueWriteBuffer(q->cq, (cl_mem)dst, CL_FALSE, dst_off,
                                       n, src, 0, NULL, &ev);
@@ -1215,9 +1164,6 @@ static int ocl_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
 static int ocl_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
                     size_t n)
 {
-    if (n == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "opencl:%d: read of 0 bytes",
-                          q->dev->index);
     cl_event ev = NULL;
     cl_int err = clEnqueueReadBuffer(q->cq, (cl_mem)src, CL_FALSE, src_off, n,
                                      dst, 0, NULL, &ev);
@@ -1230,23 +1176,12 @@ static int ocl_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
 static int ocl_copy(sw__bqueue *q, uintptr_t dst, size_t dst_off,
                     uintptr_t src, size_t src_off, size_t n)
 {
-    if (n == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "opencl:%d: copy of 0 bytes",
-                          q->dev->index);
     return ocl__copy_any(q, (cl_mem)dst, dst_off, (cl_mem)src, src_off, n);
 }
 
 static int ocl_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
                     const void *pattern, size_t pattern_size)
 {
-    if ((pattern_size != 1 && pattern_size != 2 && pattern_size != 4 &&
-         pattern_size != 8) ||
-        n == 0 || n % pattern_size != 0)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "opencl:%d: fill of %zu bytes with a %zu-byte "
-                          "pattern: the pattern must be 1, 2, 4 or 8 bytes "
-                          "and divide a nonzero length",
-                          q->dev->index, n, pattern_size);
     return ocl__fill_any(q, (cl_mem)dst, dst_off, n, pattern, pattern_size);
 }
 
@@ -1288,7 +1223,7 @@ static int ocl__sum(sw__bqueue *q, const sw_kernel_args *args)
     if (groups > OCL__SUM_GROUPS)
         groups = OCL__SUM_GROUPS;
     cl_ulong tiles = (n + groups * L - 1) / (groups * L);
-    size_t es = ocl__dtype_size(args->dtype);
+    size_t es = sw_dtype_size(args->dtype);
     ocl__kid k1, k2;
     switch (args->dtype) {
     case SW_FLOAT32: k1 = OCL__SUM1_F32; k2 = OCL__SUM2_D; break;
@@ -1337,25 +1272,21 @@ static void ocl__alpha_bits(sw_dtype d, sw_scalar v, void *out)
     }
 }
 
+/* The core has checked the kernel, dtype, count and the typed operands'
+ * alignment (a cl_mem handle is a host pointer aligned to at least 8
+ * bytes, so its check of base + offset is one of the offset).  What only
+ * this backend can tell is checked here: fp64 on this device, and each
+ * operand against the buffer the runtime knows (a wrapped sw_devmem may
+ * claim more than its cl_mem holds). */
 static int ocl_launch(sw__bqueue *q, const sw_kernel_args *args)
 {
     sw__bdev *dev = q->dev;
     int idx = dev->index;
-    const char *kname = ocl__kernel_name(args->kernel);
-    const char *dname = ocl__dtype_name(args->dtype);
-    if (!kname)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "opencl:%d: unknown kernel %d in a launch", idx,
-                          (int)args->kernel);
-    if (!dname)
-        return sw__errorf(SW_ERR_DTYPE,
-                          "opencl:%d: unknown dtype %d in a launch", idx,
-                          (int)args->dtype);
-    size_t es = ocl__dtype_size(args->dtype);
-    if (args->n == 0 || args->n > SIZE_MAX / es)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "opencl:%d: kernel %s %s with n=%zu elements", idx,
-                          kname, dname, args->n);
+    const char *kname = sw_kernel_name(args->kernel);
+    const char *dname = sw_dtype_name(args->dtype);
+    if ((unsigned)args->dtype > SW_INT64) /* kernels for these four only */
+        return sw__errorf(SW_ERR_DTYPE, "opencl:%d: no %s kernels", idx,
+                          dname);
     if (args->dtype == SW_FLOAT64 && !dev->fp64)
         return sw__errorf(SW_ERR_DTYPE,
                           "opencl:%d: kernel %s float64: this device has no "
@@ -1364,9 +1295,11 @@ static int ocl_launch(sw__bqueue *q, const sw_kernel_args *args)
                           ocl__env_fp64_off() ? ", turned off by "
                                                 "SPILLWAY_OPENCL_FP64=0"
                                               : "");
+    size_t es = sw_dtype_size(args->dtype);
     size_t bytes = args->n * es;
 
-    /* Operands, ranges and (for typed access) alignment. */
+    /* Operands and their ranges; FILL and COPY at offsets that are not
+     * whole elements go to the byte kernels. */
     const sw_devmem *ops[3] = {NULL, NULL, NULL};
     size_t lens[3] = {bytes, bytes, bytes};
     const char *names[3] = {"out", "a", "b"};
@@ -1397,22 +1330,15 @@ static int ocl_launch(sw__bqueue *q, const sw_kernel_args *args)
                                     lens[i]);
         if (rc != SW_OK)
             return rc;
-        /* SUM's out is stored byte by byte; FILL and COPY fall back to
-         * byte kernels. */
-        if (ops[i]->offset % es != 0 &&
-            !(args->kernel == SW_KERNEL_SUM && i == 0)) {
-            if (args->kernel == SW_KERNEL_FILL ||
-                args->kernel == SW_KERNEL_COPY) {
-                typed = 0;
-                continue;
-            }
-            return sw__errorf(SW_ERR_INVALID_ARG,
-                              "opencl:%d: kernel %s %s: operand %s at byte "
-                              "offset %zu is not aligned to its %zu-byte "
-                              "elements",
-                              idx, kname, dname, names[i], ops[i]->offset,
-                              es);
-        }
+        if (ops[i]->offset % es == 0)
+            continue;
+        /* SUM's out is stored byte by byte; every other typed operand is
+         * aligned (the core's check). */
+        assert(args->kernel == SW_KERNEL_FILL ||
+               args->kernel == SW_KERNEL_COPY ||
+               (args->kernel == SW_KERNEL_SUM && i == 0));
+        if (args->kernel != SW_KERNEL_SUM)
+            typed = 0; /* FILL or COPY: the byte kernels */
     }
 
     cl_mem o = (cl_mem)args->out.base;
