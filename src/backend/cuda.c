@@ -78,6 +78,7 @@
 #include "cuda_api.h"
 #include "cuda_internal.h"
 
+#include <assert.h>
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -383,11 +384,14 @@ const char *const *sw__cuda_kernel_names(size_t *count)
  * Devices, queues and events
  * ---------------------------------------------------------------------- */
 
-/* A free of the cuMemAlloc fallback, waiting for its stream's work. */
+/* A free of the cuMemAlloc fallback, waiting for its stream's work.
+ * Records are made ahead, at allocation (cuda__reserve): a free must not
+ * fail for want of host memory, since the core cannot take the memory
+ * back, so each free finds one ready. */
 typedef struct cuda__pending {
     struct cuda__pending *next;
     swcu_deviceptr mem;
-    sw__bevent *after;
+    swcu_event after; /* the record's own, recorded again at each free */
 } cuda__pending;
 
 struct sw__bevent {
@@ -420,7 +424,11 @@ struct sw__bdev {
     int kernels_failed;  /* code of the first failure, 0 if none */
     char kernels_why[768];
 
-    cuda__pending *pending; /* fallback frees (device lock) */
+    /* The fallback's frees (device lock): queued ones, and records ready
+     * for the next, at least one per live cuMemAlloc allocation
+     * (nspare >= nlive). */
+    cuda__pending *pending, *spare;
+    size_t nspare, nlive;
 
     pthread_mutex_t ev_mu; /* leaf: the event free list */
     sw__bevent *ev_free;
@@ -473,13 +481,13 @@ static void cuda__unref(sw__bdev *d)
         next = e->next;
         if (entered)
             (void)CU(cuEventDestroy_v2)(e->ev);
-        free(e);
+        sw__free(e);
     }
     if (entered)
         cuda__leave(&s);
     (void)CU(cuDevicePrimaryCtxRelease_v2)(d->cu);
     pthread_mutex_destroy(&d->ev_mu);
-    free(d);
+    sw__free(d);
 }
 
 /* An event recorded nowhere yet; the context is current. */
@@ -491,13 +499,13 @@ static int cuda__event_new(sw__bdev *d, sw__bevent **out)
         d->ev_free = e->next;
     pthread_mutex_unlock(&d->ev_mu);
     if (e == NULL) {
-        e = malloc(sizeof *e);
+        e = sw__malloc(sizeof *e);
         if (e == NULL)
             return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: no host memory for "
                               "an event", d->index);
         swcu_result r = CU(cuEventCreate)(&e->ev, SWCU_CU_EVENT_DISABLE_TIMING);
         if (r != SWCU_CUDA_SUCCESS) {
-            free(e);
+            sw__free(e);
             return cuda__fail(d->index, r, "cuEventCreate", NULL);
         }
         e->dev = d;
@@ -527,30 +535,65 @@ static void cuda__reap(sw__bdev *d)
     cuda__pending **pp = &d->pending;
     while (*pp != NULL) {
         cuda__pending *p = *pp;
-        swcu_result r = CU(cuEventQuery)(p->after->ev);
+        swcu_result r = CU(cuEventQuery)(p->after);
         if (r == SWCU_CUDA_ERROR_NOT_READY) {
             pp = &p->next;
             continue;
         }
         /* Complete, or the context is broken (then freeing is moot). */
         (void)CU(cuMemFree_v2)(p->mem);
-        cuda__event_put(p->after);
         *pp = p->next;
-        free(p);
+        p->next = d->spare;
+        d->spare = p;
+        d->nspare++;
     }
 }
 
-/* At close: every pending free, waiting for each. */
-static void cuda__reap_all(sw__bdev *d)
+/* At close: every pending free, waiting for each, then the records.  The
+ * context is current when entered (else only host memory is released). */
+static void cuda__reap_all(sw__bdev *d, int entered)
 {
-    while (d->pending != NULL) {
+    while (entered && d->pending != NULL) {
         cuda__pending *p = d->pending;
         d->pending = p->next;
-        (void)CU(cuEventSynchronize)(p->after->ev);
+        (void)CU(cuEventSynchronize)(p->after);
         (void)CU(cuMemFree_v2)(p->mem);
-        cuda__event_put(p->after);
-        free(p);
+        p->next = d->spare;
+        d->spare = p;
     }
+    cuda__pending *lists[2] = {d->pending, d->spare};
+    for (int i = 0; i < 2; i++) {
+        for (cuda__pending *p = lists[i], *next; p != NULL; p = next) {
+            next = p->next;
+            if (entered)
+                (void)CU(cuEventDestroy_v2)(p->after);
+            sw__free(p);
+        }
+    }
+    d->pending = d->spare = NULL;
+    d->nspare = d->nlive = 0;
+}
+
+/* Before a cuMemAlloc of the fallback: a record ready for its free.  The
+ * context is current. */
+static int cuda__reserve(sw__bdev *d)
+{
+    if (d->nspare > d->nlive)
+        return SW_OK;
+    cuda__pending *p = sw__malloc(sizeof *p);
+    if (p == NULL)
+        return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: no host memory for "
+                          "the record of a later free", d->index);
+    swcu_result r = CU(cuEventCreate)(&p->after,
+                                      SWCU_CU_EVENT_DISABLE_TIMING);
+    if (r != SWCU_CUDA_SUCCESS) {
+        sw__free(p);
+        return cuda__fail(d->index, r, "cuEventCreate", "a later free");
+    }
+    p->next = d->spare;
+    d->spare = p;
+    d->nspare++;
+    return SW_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -623,7 +666,7 @@ static int cuda_open(int index, sw__bdev **out, sw__device_props *props)
                       : sw__errorf(SW_ERR_NO_DEVICE, "cuda:%d: no such "
                                    "device (the driver reports %d)", index,
                                    n);
-    sw__bdev *d = calloc(1, sizeof *d);
+    sw__bdev *d = sw__calloc(1, sizeof *d);
     if (d == NULL)
         return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: out of host memory",
                           index);
@@ -635,13 +678,13 @@ static int cuda_open(int index, sw__bdev **out, sw__device_props *props)
     swcu_result r = CU(cuDeviceGet)(&d->cu, index);
     if (r != SWCU_CUDA_SUCCESS) {
         pthread_mutex_destroy(&d->ev_mu);
-        free(d);
+        sw__free(d);
         return cuda__fail(index, r, "cuDeviceGet", NULL);
     }
     r = CU(cuDevicePrimaryCtxRetain)(&d->ctx, d->cu);
     if (r != SWCU_CUDA_SUCCESS) {
         pthread_mutex_destroy(&d->ev_mu);
-        free(d);
+        sw__free(d);
         return cuda__fail(index, r, "cuDevicePrimaryCtxRetain", NULL);
     }
     /* From here on cuda__unref undoes everything. */
@@ -741,13 +784,15 @@ static void cuda_close(sw__bdev *d)
         cuda__partials_free(&d->dq);
         /* Every queue is idle now (the others were destroyed first), so
          * the fallback's frees all complete. */
-        cuda__reap_all(d);
+        cuda__reap_all(d, 1);
         (void)CU(cuStreamDestroy_v2)(d->dq.stream);
         if (d->module != NULL)
             (void)CU(cuModuleUnload)(d->module);
         if (d->pool != NULL)
             (void)CU(cuMemPoolDestroy)(d->pool);
         cuda__leave(&s);
+    } else {
+        cuda__reap_all(d, 0);
     }
     d->module = NULL;
     d->pool = NULL;
@@ -779,7 +824,13 @@ static int cuda_alloc(sw__bdev *d, size_t size, uintptr_t *mem)
     } else {
         call = "cuMemAlloc_v2";
         cuda__reap(d);
+        if ((rc = cuda__reserve(d)) != SW_OK) {
+            cuda__leave(&s);
+            return rc;
+        }
         r = CU(cuMemAlloc_v2)(&p, size);
+        if (r == SWCU_CUDA_SUCCESS)
+            d->nlive++;
     }
     cuda__leave(&s);
     if (r != SWCU_CUDA_SUCCESS) {
@@ -791,24 +842,19 @@ static int cuda_alloc(sw__bdev *d, size_t size, uintptr_t *mem)
     return SW_OK;
 }
 
-/* The fallback's free: cuMemFree once q's work so far is done. */
+/* The fallback's free: cuMemFree once q's work so far is done, through a
+ * record made at the allocation (no host memory needed here).  The
+ * context is current. */
 static int cuda__defer_free(sw__bdev *d, sw__bqueue *q, swcu_deviceptr mem)
 {
-    cuda__pending *p = malloc(sizeof *p);
-    if (p == NULL)
-        return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: no host memory for a "
-                          "deferred free", d->index);
-    int rc = cuda__event_new(d, &p->after);
-    if (rc != SW_OK) {
-        free(p);
-        return rc;
-    }
-    swcu_result r = CU(cuEventRecord)(p->after->ev, q->stream);
-    if (r != SWCU_CUDA_SUCCESS) {
-        cuda__event_put(p->after);
-        free(p);
+    cuda__pending *p = d->spare;
+    assert(p != NULL && d->nspare >= d->nlive && d->nlive > 0);
+    swcu_result r = CU(cuEventRecord)(p->after, q->stream);
+    if (r != SWCU_CUDA_SUCCESS)
         return cuda__fail(d->index, r, "cuEventRecord", "deferred free");
-    }
+    d->spare = p->next;
+    d->nspare--;
+    d->nlive--;
     p->mem = mem;
     p->next = d->pending;
     d->pending = p;
@@ -902,7 +948,7 @@ static sw__bqueue *cuda_default_queue(sw__bdev *d) { return &d->dq; }
 
 static int cuda_queue_create(sw__bdev *d, sw__bqueue **out)
 {
-    sw__bqueue *q = calloc(1, sizeof *q);
+    sw__bqueue *q = sw__calloc(1, sizeof *q);
     if (q == NULL)
         return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: no host memory for a "
                           "queue", d->index);
@@ -917,7 +963,7 @@ static int cuda_queue_create(sw__bdev *d, sw__bqueue **out)
         cuda__leave(&s);
     }
     if (rc != SW_OK) {
-        free(q);
+        sw__free(q);
         return rc;
     }
     cuda__ref(d);
@@ -941,7 +987,7 @@ static void cuda_queue_destroy(sw__bqueue *q)
         (void)CU(cuStreamDestroy_v2)(q->stream);
         cuda__leave(&s);
     }
-    free(q);
+    sw__free(q);
     cuda__unref(d);
 }
 
@@ -1173,20 +1219,25 @@ static int cuda__kernels_ready(sw__bdev *d)
     int tries[2][2] = {{arch, cubin}, {arch, 0}};
     int ntries = cubin ? 2 : 1;
     char errs[2][300] = {"", ""};
-    int transient = 0; /* out of host or device memory: try again later */
+    /* Out of device or host memory: SW_ERR_OOM or SW_ERR_HOST_OOM (the
+     * device's, which the core's ladder can help, first), not
+     * remembered: the next launch tries again. */
+    int transient = 0;
     swcu_module mod = NULL;
     for (int t = 0; t < ntries && mod == NULL; t++) {
         const char *image = NULL;
         int rc = sw__cuda_image_get(tries[t][0], tries[t][1], &image);
         if (rc != SW_OK) {
-            transient |= rc == SW_ERR_HOST_OOM;
+            if (rc == SW_ERR_HOST_OOM && transient == 0)
+                transient = SW_ERR_HOST_OOM;
             snprintf(errs[t], sizeof errs[t], "%s", sw_last_error());
             continue;
         }
         swcu_result r = CU(cuModuleLoadData)(&mod, image);
         if (r != SWCU_CUDA_SUCCESS) {
             char nbuf[32];
-            transient |= r == SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+            if (r == SWCU_CUDA_ERROR_OUT_OF_MEMORY)
+                transient = SW_ERR_OOM;
             mod = NULL;
             snprintf(errs[t], sizeof errs[t], "%s %s_%d: cuModuleLoadData "
                      "failed: %s", tries[t][1] ? "CUBIN" : "PTX",
@@ -1205,8 +1256,8 @@ static int cuda__kernels_ready(sw__bdev *d)
                          "SPILLWAY_NVRTC_LIBRARY to an NVRTC no newer than "
                          "the driver"
                        : "");
-        if (transient) /* not remembered: the next launch tries again */
-            return SW_ERR_OOM;
+        if (transient != 0)
+            return transient;
         return cuda__kernels_fail(d, SW_ERR_DEVICE);
     }
     for (int k = 0; k < CUDA__K_COUNT; k++) {
@@ -1230,6 +1281,9 @@ static int cuda__copy_overlapping(sw__bqueue *q, swcu_deviceptr dst,
 {
     sw__bdev *d = q->dev;
     swcu_deviceptr tmp = 0;
+    int rc = d->pool != NULL ? SW_OK : cuda__reserve(d);
+    if (rc != SW_OK)
+        return rc;
     swcu_result r = d->pool != NULL
                         ? CU(cuMemAllocFromPoolAsync)(&tmp, bytes, d->pool,
                                                       q->stream)
@@ -1240,18 +1294,21 @@ static int cuda__copy_overlapping(sw__bqueue *q, swcu_deviceptr dst,
     if (r != SWCU_CUDA_SUCCESS)
         return cuda__fail(d->index, r, d->pool ? "cuMemAllocFromPoolAsync"
                                                : "cuMemAlloc_v2", detail);
+    if (d->pool == NULL)
+        d->nlive++;
     r = CU(cuMemcpyDtoDAsync_v2)(tmp, src, bytes, q->stream);
     if (r == SWCU_CUDA_SUCCESS)
         r = CU(cuMemcpyDtoDAsync_v2)(dst, tmp, bytes, q->stream);
-    int rc = r == SWCU_CUDA_SUCCESS
-                 ? SW_OK
-                 : cuda__fail(d->index, r, "cuMemcpyDtoDAsync_v2", detail);
-    if (d->pool != NULL)
+    rc = r == SWCU_CUDA_SUCCESS
+             ? SW_OK
+             : cuda__fail(d->index, r, "cuMemcpyDtoDAsync_v2", detail);
+    if (d->pool != NULL) {
         (void)CU(cuMemFreeAsync)(tmp, q->stream);
-    else if (cuda__defer_free(d, q, tmp) != SW_OK) {
-        /* No host memory to defer it: wait, then free now. */
+    } else if (cuda__defer_free(d, q, tmp) != SW_OK) {
+        /* The stream cannot take the free's event: wait, then free now. */
         (void)CU(cuStreamSynchronize)(q->stream);
         (void)CU(cuMemFree_v2)(tmp);
+        d->nlive--;
     }
     return rc;
 }

@@ -85,10 +85,10 @@ int sw__cuda_nvrtc_load(char *why, size_t why_len, int *major, int *minor);
 
 /* Compile src (a NUL-terminated CUDA C program) with NVRTC for compute
  * capability major.minor: PTX for compute_XY, or with cubin != 0 a CUBIN
- * for sm_XY.  On success *image (malloc'd, NUL-terminated for PTX; free it)
- * and *size; on failure SW_ERR_UNSUPPORTED (no NVRTC), SW_ERR_DEVICE (the
- * compile failed: the message names the options and the log is copied to
- * log) or SW_ERR_HOST_OOM.  log may be NULL. */
+ * for sm_XY.  On success *image (sw__malloc'd, NUL-terminated for PTX;
+ * sw__free it) and *size; on failure SW_ERR_UNSUPPORTED (no NVRTC),
+ * SW_ERR_DEVICE (the compile failed: the message names the options and the
+ * log is copied to log) or SW_ERR_HOST_OOM.  log may be NULL. */
 int sw__cuda_compile_source(const char *src, int major, int minor, int cubin,
                             char **image, size_t *size, char *log,
                             size_t log_len);

@@ -238,7 +238,7 @@ int sw__cuda_compile_source(const char *src, int major, int minor, int cubin,
     size_t lsize = 0;
     char *full = NULL;
     if (NV(nvrtcGetProgramLogSize)(prog, &lsize) == SWCU_NVRTC_SUCCESS &&
-        lsize > 1 && (full = malloc(lsize)) != NULL &&
+        lsize > 1 && (full = sw__malloc(lsize)) != NULL &&
         NV(nvrtcGetProgramLog)(prog, full) != SWCU_NVRTC_SUCCESS)
         full[0] = '\0';
     if (full != NULL && log != NULL && log_len > 0)
@@ -258,7 +258,8 @@ int sw__cuda_compile_source(const char *src, int major, int minor, int cubin,
         size_t n = 0;
         r = cubin ? NV(nvrtcGetCUBINSize)(prog, &n)
                   : NV(nvrtcGetPTXSize)(prog, &n);
-        char *out = r == SWCU_NVRTC_SUCCESS && n > 0 ? malloc(n + 1) : NULL;
+        char *out =
+            r == SWCU_NVRTC_SUCCESS && n > 0 ? sw__malloc(n + 1) : NULL;
         if (out == NULL) {
             rc = r != SWCU_NVRTC_SUCCESS
                      ? sw__errorf(SW_ERR_DEVICE, "NVRTC: getting the %s "
@@ -270,7 +271,7 @@ int sw__cuda_compile_source(const char *src, int major, int minor, int cubin,
             r = cubin ? NV(nvrtcGetCUBIN)(prog, out)
                       : NV(nvrtcGetPTX)(prog, out);
             if (r != SWCU_NVRTC_SUCCESS) {
-                free(out);
+                sw__free(out);
                 rc = sw__errorf(SW_ERR_DEVICE, "NVRTC: getting the %s "
                                 "failed: %s", cubin ? "CUBIN" : "PTX",
                                 NV(nvrtcGetErrorString)(r));
@@ -281,7 +282,7 @@ int sw__cuda_compile_source(const char *src, int major, int minor, int cubin,
             }
         }
     }
-    free(full);
+    sw__free(full);
     (void)NV(nvrtcDestroyProgram)(&prog);
     return rc;
 }
@@ -323,7 +324,7 @@ int sw__cuda_image_get(int arch, int cubin, const char **image)
                               0);
     if (rc == SW_OK) {
         if (cuda__nimages == CUDA__MAX_IMAGES) {
-            free(data);
+            sw__free(data);
             rc = sw__errorf(SW_ERR_HOST_OOM, "too many kinds of CUDA device "
                             "in one process");
         } else {

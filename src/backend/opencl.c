@@ -129,7 +129,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OCL__MAX_DEVICES 64
+#define OCL__MAX_DEVICES 64   /* listed, and looked at per platform */
+#define OCL__MAX_PLATFORMS 32
 #define OCL__MIN_MEMORY (UINT64_C(1) << 20)
 /* Work-group sizes: at most this, a power of two. */
 #define OCL__MAX_LOCAL 256u
@@ -401,8 +402,12 @@ static int ocl__version(cl_device_id d)
     return major * 100 + minor * 10;
 }
 
+/* Arrays of fixed size, not host memory: the list is taken once per
+ * process, so a failed allocation here would hide devices for its life. */
 static void ocl__enumerate(void)
 {
+    cl_platform_id plats[OCL__MAX_PLATFORMS];
+    cl_device_id devs[OCL__MAX_DEVICES];
     cl_uint np = 0;
     cl_int err = clGetPlatformIDs(0, NULL, &np);
     if (err != CL_SUCCESS || np == 0) {
@@ -412,12 +417,8 @@ static void ocl__enumerate(void)
                  err != CL_SUCCESS ? ocl__errname(err) : "0 platforms");
         return;
     }
-    cl_platform_id *plats = calloc(np, sizeof *plats);
-    if (!plats) {
-        snprintf(ocl__list.why, sizeof ocl__list.why,
-                 "out of host memory listing OpenCL platforms");
-        return;
-    }
+    if (np > OCL__MAX_PLATFORMS)
+        np = OCL__MAX_PLATFORMS;
     err = clGetPlatformIDs(np, plats, NULL);
     int seen = 0, old = 0;
     for (cl_uint p = 0; err == CL_SUCCESS && p < np; p++) {
@@ -426,32 +427,29 @@ static void ocl__enumerate(void)
                 CL_SUCCESS ||
             nd == 0)
             continue;
-        cl_device_id *devs = calloc(nd, sizeof *devs);
-        if (!devs)
-            break;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) ==
-            CL_SUCCESS) {
-            for (cl_uint i = 0; i < nd; i++) {
-                seen++;
-                cl_bool avail = CL_FALSE, comp = CL_FALSE;
-                clGetDeviceInfo(devs[i], CL_DEVICE_AVAILABLE, sizeof avail,
-                                &avail, NULL);
-                clGetDeviceInfo(devs[i], CL_DEVICE_COMPILER_AVAILABLE,
-                                sizeof comp, &comp, NULL);
-                if (ocl__version(devs[i]) < 120) {
-                    old++;
-                    continue;
-                }
-                if (!avail || !comp || ocl__list.count >= OCL__MAX_DEVICES)
-                    continue;
-                ocl__list.dev[ocl__list.count].platform = plats[p];
-                ocl__list.dev[ocl__list.count].device = devs[i];
-                ocl__list.count++;
+        if (nd > OCL__MAX_DEVICES)
+            nd = OCL__MAX_DEVICES;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) !=
+            CL_SUCCESS)
+            continue;
+        for (cl_uint i = 0; i < nd; i++) {
+            seen++;
+            cl_bool avail = CL_FALSE, comp = CL_FALSE;
+            clGetDeviceInfo(devs[i], CL_DEVICE_AVAILABLE, sizeof avail,
+                            &avail, NULL);
+            clGetDeviceInfo(devs[i], CL_DEVICE_COMPILER_AVAILABLE,
+                            sizeof comp, &comp, NULL);
+            if (ocl__version(devs[i]) < 120) {
+                old++;
+                continue;
             }
+            if (!avail || !comp || ocl__list.count >= OCL__MAX_DEVICES)
+                continue;
+            ocl__list.dev[ocl__list.count].platform = plats[p];
+            ocl__list.dev[ocl__list.count].device = devs[i];
+            ocl__list.count++;
         }
-        free(devs);
     }
-    free(plats);
     if (ocl__list.count == 0)
         snprintf(ocl__list.why, sizeof ocl__list.why,
                  "%d OpenCL device%s found, none usable (%d older than "
@@ -540,7 +538,7 @@ static void ocl__reap(sw__bqueue *q, int force)
             q->tail = NULL;
         ocl__release_mem(q->dev, f->mem, f->size);
         clReleaseEvent(f->after);
-        free(f);
+        sw__free(f);
     }
 }
 
@@ -685,7 +683,7 @@ static int ocl__copy_any(sw__bqueue *q, cl_mem dst, size_t doff, cl_mem src,
 
 static int ocl__queue_new(sw__bdev *dev, sw__bqueue **out)
 {
-    sw__bqueue *q = calloc(1, sizeof *q);
+    sw__bqueue *q = sw__calloc(1, sizeof *q);
     if (!q)
         return sw__errorf(SW_ERR_HOST_OOM,
                           "opencl:%d: out of host memory for a queue",
@@ -693,7 +691,7 @@ static int ocl__queue_new(sw__bdev *dev, sw__bqueue **out)
     q->dev = dev;
     size_t psize = OCL__SUM_GROUPS * 8;
     if (dev->capacity - dev->allocated < psize) {
-        free(q);
+        sw__free(q);
         return sw__errorf(SW_ERR_OOM,
                           "opencl:%d: no room for a queue's %zu bytes of sum "
                           "partials within the capacity",
@@ -702,7 +700,7 @@ static int ocl__queue_new(sw__bdev *dev, sw__bqueue **out)
     cl_int err = CL_SUCCESS;
     q->cq = clCreateCommandQueue(dev->ctx, dev->device, 0, &err);
     if (!q->cq || err != CL_SUCCESS) {
-        free(q);
+        sw__free(q);
         return ocl__fail(ocl__code(err), dev->index, "clCreateCommandQueue",
                          err, NULL);
     }
@@ -710,7 +708,7 @@ static int ocl__queue_new(sw__bdev *dev, sw__bqueue **out)
                                  &err);
     if (!q->partials || err != CL_SUCCESS) {
         clReleaseCommandQueue(q->cq);
-        free(q);
+        sw__free(q);
         return ocl__fail(SW_ERR_OOM, dev->index, "clCreateBuffer", err,
                          "the sum partials of a queue");
     }
@@ -735,7 +733,7 @@ static void ocl__queue_free(sw__bqueue *q)
     while (*pp != q)
         pp = &(*pp)->next;
     *pp = q->next;
-    free(q);
+    sw__free(q);
 }
 
 /* ------------------------------------------------------------------------
@@ -926,7 +924,7 @@ static void ocl__close_dev(sw__bdev *dev)
     ocl__unbuild(dev);
     if (dev->ctx)
         clReleaseContext(dev->ctx);
-    free(dev);
+    sw__free(dev);
 }
 
 static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
@@ -942,7 +940,7 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
     if (rc != SW_OK)
         return rc;
 
-    sw__bdev *dev = calloc(1, sizeof *dev);
+    sw__bdev *dev = sw__calloc(1, sizeof *dev);
     if (!dev)
         return sw__errorf(SW_ERR_HOST_OOM, "opencl:%d: out of host memory",
                           index);
@@ -966,17 +964,25 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
     char *exts = NULL;
     if (clGetDeviceInfo(dev->device, CL_DEVICE_EXTENSIONS, 0, NULL,
                         &extlen) == CL_SUCCESS &&
-        extlen > 0 && (exts = calloc(1, extlen + 1)) != NULL)
+        extlen > 0) {
+        /* Without it the device would open without fp64: fail instead. */
+        if ((exts = sw__calloc(1, extlen + 1)) == NULL) {
+            sw__free(dev);
+            return sw__errorf(SW_ERR_HOST_OOM, "opencl:%d: out of host "
+                              "memory for the device's extension list",
+                              index);
+        }
         clGetDeviceInfo(dev->device, CL_DEVICE_EXTENSIONS, extlen, exts,
                         NULL);
+    }
     int has_fp64 = exts && strstr(exts, "cl_khr_fp64") != NULL;
     dev->amd_free = exts &&
                     strstr(exts, "cl_amd_device_attribute_query") != NULL;
-    free(exts);
+    sw__free(exts);
     dev->fp64 = has_fp64 && !ocl__env_fp64_off();
 
     if (gmem == 0) {
-        free(dev);
+        sw__free(dev);
         return sw__errorf(SW_ERR_DEVICE,
                           "opencl:%d: %s reports no global memory "
                           "(CL_DEVICE_GLOBAL_MEM_SIZE is 0)",
@@ -1089,13 +1095,13 @@ static int ocl_free(sw__bdev *dev, sw__bqueue *q, uintptr_t mem, size_t size)
         ocl__release_mem(dev, m, size);
         return SW_OK;
     }
-    ocl__dfree *f = malloc(sizeof *f);
+    ocl__dfree *f = sw__malloc(sizeof *f);
     cl_event after = NULL;
     if (!f || ocl__latest(q, &after) != SW_OK) {
         /* No way to wait: release now.  OpenCL keeps the buffer alive for
          * the commands already queued on it, so this is still safe; only
          * our count drops a little early. */
-        free(f);
+        sw__free(f);
         ocl__release_mem(dev, m, size);
         return SW_OK;
     }
@@ -1389,14 +1395,22 @@ static int ocl_launch(sw__bqueue *q, const sw_kernel_args *args)
 
 static int ocl_event_record(sw__bqueue *q, sw__bevent **out)
 {
-    sw__bevent *ev = malloc(sizeof *ev);
-    if (!ev)
+    sw__bevent *ev = sw__malloc(sizeof *ev);
+    if (!ev) {
+        /* The queue is finished before this is reported: a caller that
+         * cannot have an event has no other way to know when the work
+         * queued so far (a read into its host memory among it) has ended.
+         * A wait under the core's lock, which only running out of host
+         * memory brings. */
+        clFinish(q->cq);
         return sw__errorf(SW_ERR_HOST_OOM,
-                          "opencl:%d: out of host memory for an event",
+                          "opencl:%d: out of host memory for an event (the "
+                          "queue's work is done)",
                           q->dev->index);
+    }
     int rc = ocl__latest(q, &ev->ev);
     if (rc != SW_OK) {
-        free(ev);
+        sw__free(ev);
         return rc;
     }
     ev->index = q->dev->index;
@@ -1452,7 +1466,7 @@ static void ocl_event_release(sw__bevent *ev)
     if (!ev)
         return;
     clReleaseEvent(ev->ev);
-    free(ev);
+    sw__free(ev);
 }
 
 static int ocl_synchronize(sw__bqueue *q)

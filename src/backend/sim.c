@@ -47,6 +47,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,9 +81,10 @@ typedef enum sim__cmd_kind {
     SIM__CMD_WAIT,
 } sim__cmd_kind;
 
+/* Every command but a free (the block's own link) and a marker (the
+ * event's). */
 typedef struct sim__cmd {
-    struct sim__cmd *next;
-    sim__cmd_kind kind;
+    sim__link link; /* link.kind: a sim__cmd_kind */
     union {
         struct {
             uintptr_t dst;
@@ -104,18 +106,27 @@ typedef struct sim__cmd {
             unsigned char pattern[8];
         } fill;
         sw_kernel_args kernel;
-        sim__block *free;
-        sw__bevent *marker;
         sw__bevent *wait; /* an event of another queue (a reference) */
     } u;
 } sim__cmd;
+
+static sim__cmd *sim__cmd_of(sim__link *l)
+{
+    return (sim__cmd *)(void *)((char *)l - offsetof(sim__cmd, link));
+}
 
 struct sw__bevent {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int done;
     int refs; /* the holder's, plus the marker's until it has run */
+    sim__link marker; /* queued on a busy queue: completes the event */
 };
+
+static sw__bevent *sim__event_of(sim__link *l)
+{
+    return (sw__bevent *)(void *)((char *)l - offsetof(sw__bevent, marker));
+}
 
 struct sw__bqueue {
     sw__bdev *dev;
@@ -123,7 +134,7 @@ struct sw__bqueue {
     pthread_mutex_t mu;
     pthread_cond_t work_cv; /* worker: commands arrived, or stop */
     pthread_cond_t done_cv; /* waiters: completed advanced */
-    sim__cmd *head, *tail;
+    sim__link *head, *tail;
     uint64_t submitted, completed;
     int waiters;
     int lazy; /* frees queued since the worker was last signalled */
@@ -149,7 +160,7 @@ struct sw__bdev {
 
 static void sim__cmd_describe(const sim__cmd *c, char *buf, size_t len)
 {
-    switch (c->kind) {
+    switch ((sim__cmd_kind)c->link.kind) {
     case SIM__CMD_WRITE:
         snprintf(buf, len, "write of %zu bytes from host %p", c->u.write.n,
                  c->u.write.src);
@@ -414,7 +425,7 @@ static void sim__event_unref(sw__bevent *ev)
     if (last) {
         pthread_cond_destroy(&ev->cv);
         pthread_mutex_destroy(&ev->mu);
-        free(ev);
+        sw__free(ev);
     }
 }
 
@@ -431,9 +442,18 @@ static void sim__event_complete(sw__bevent *ev)
  * Queues: one worker thread each, running a FIFO of commands.
  * ---------------------------------------------------------------------- */
 
-static void sim__execute(sw__bqueue *q, sim__cmd *c)
+static void sim__execute(sw__bqueue *q, sim__link *l)
 {
-    switch (c->kind) {
+    if (l->kind == SIM__CMD_FREE) {
+        sw__sim_arena_retire(&q->dev->arena, sw__sim_link_block(l));
+        return;
+    }
+    if (l->kind == SIM__CMD_MARKER) {
+        sim__event_complete(sim__event_of(l));
+        return;
+    }
+    sim__cmd *c = sim__cmd_of(l);
+    switch ((sim__cmd_kind)l->kind) {
     case SIM__CMD_WRITE: {
         sim__range r = {"dst", c->u.write.dst, c->u.write.n};
         sim__check(q, c, &r, 1);
@@ -464,11 +484,9 @@ static void sim__execute(sw__bqueue *q, sim__cmd *c)
     case SIM__CMD_KERNEL:
         sim__run_kernel(q, c);
         break;
-    case SIM__CMD_FREE:
-        sw__sim_arena_retire(&q->dev->arena, c->u.free);
+    case SIM__CMD_FREE: /* above */
         break;
-    case SIM__CMD_MARKER:
-        sim__event_complete(c->u.marker);
+    case SIM__CMD_MARKER: /* above */
         break;
     case SIM__CMD_WAIT: {
         /* Another queue's event: this queue stalls until it completes,
@@ -493,7 +511,7 @@ static void *sim__worker(void *arg)
     for (;;) {
         while (!q->head && !q->stop)
             pthread_cond_wait(&q->work_cv, &q->mu);
-        sim__cmd *batch = q->head;
+        sim__link *batch = q->head;
         if (!batch)
             break; /* stopped, and everything ran */
         q->head = q->tail = NULL;
@@ -501,10 +519,28 @@ static void *sim__worker(void *arg)
         pthread_mutex_unlock(&q->mu);
         uint64_t ran = 0;
         while (batch) {
-            sim__cmd *c = batch;
-            batch = c->next;
-            sim__execute(q, c);
-            free(c);
+            sim__link *l = batch;
+            batch = l->next;
+            if (l->kind == SIM__CMD_MARKER) {
+                /* The work before an event counts as completed before the
+                 * event does, so that whoever waited for it finds the queue
+                 * idle (and, say, frees at once) when nothing followed.
+                 * The link is the event's: not touched once it completes. */
+                pthread_mutex_lock(&q->mu);
+                q->completed += ran + 1;
+                if (q->waiters)
+                    pthread_cond_broadcast(&q->done_cv);
+                pthread_mutex_unlock(&q->mu);
+                ran = 0;
+                sim__execute(q, l);
+                continue;
+            }
+            /* Read first: a free's link is its block's, which the free
+             * may merge away. */
+            int own = l->kind == SIM__CMD_FREE;
+            sim__execute(q, l);
+            if (!own)
+                sw__free(sim__cmd_of(l));
             ran++;
         }
         pthread_mutex_lock(&q->mu);
@@ -519,7 +555,7 @@ static void *sim__worker(void *arg)
 /* pre: q->mu held. */
 static int sim__spawn_worker(sw__bqueue *q)
 {
-    int e = pthread_create(&q->worker, NULL, sim__worker, q);
+    int e = sw__thread_create(&q->worker, sim__worker, q);
     if (e != 0)
         return e;
     char name[16];
@@ -529,9 +565,10 @@ static int sim__spawn_worker(sw__bqueue *q)
     return 0;
 }
 
-static int sim__enqueue(sw__bqueue *q, sim__cmd *c, int lazy)
+/* Append l to q's FIFO; never frees it. */
+static int sim__push(sw__bqueue *q, sim__link *l, int lazy)
 {
-    c->next = NULL;
+    l->next = NULL;
     pthread_mutex_lock(&q->mu);
     /* Workers start when work first arrives: a queue that is never used
      * costs no thread, and a forked child, which has no workers, gets them
@@ -540,17 +577,16 @@ static int sim__enqueue(sw__bqueue *q, sim__cmd *c, int lazy)
         int e = sim__spawn_worker(q);
         if (e != 0) {
             pthread_mutex_unlock(&q->mu);
-            free(c);
             return sw__errorf(SW_ERR_HOST_OOM,
                               "sim:%d: cannot start a queue worker: %s",
                               q->dev->index, strerror(e));
         }
     }
     if (q->tail)
-        q->tail->next = c;
+        q->tail->next = l;
     else
-        q->head = c;
-    q->tail = c;
+        q->head = l;
+    q->tail = l;
     q->submitted++;
     if (!lazy || ++q->lazy >= SIM__LAZY_FREES) {
         q->lazy = 0;
@@ -560,15 +596,25 @@ static int sim__enqueue(sw__bqueue *q, sim__cmd *c, int lazy)
     return SW_OK;
 }
 
+/* A command's enqueue: c is the queue's (freed by the worker), or freed
+ * here when it cannot be queued. */
+static int sim__enqueue(sw__bqueue *q, sim__cmd *c, int lazy)
+{
+    int rc = sim__push(q, &c->link, lazy);
+    if (rc != SW_OK)
+        sw__free(c);
+    return rc;
+}
+
 static sim__cmd *sim__cmd_new(sw__bqueue *q, sim__cmd_kind kind)
 {
-    sim__cmd *c = malloc(sizeof *c);
+    sim__cmd *c = sw__malloc(sizeof *c);
     if (!c) {
         sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory for a command",
                    q->dev->index);
         return NULL;
     }
-    c->kind = kind;
+    c->link.kind = kind;
     return c;
 }
 
@@ -577,7 +623,7 @@ static sw__bdev *sim__devices;
 
 static int sim__queue_new(sw__bdev *dev, sw__bqueue **out)
 {
-    sw__bqueue *q = calloc(1, sizeof *q);
+    sw__bqueue *q = sw__calloc(1, sizeof *q);
     if (!q)
         return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
                           dev->index);
@@ -615,7 +661,7 @@ static void sim__queue_free(sw__bqueue *q)
     pthread_cond_destroy(&q->done_cv);
     pthread_cond_destroy(&q->work_cv);
     pthread_mutex_destroy(&q->mu);
-    free(q);
+    sw__free(q);
 }
 
 /* ------------------------------------------------------------------------
@@ -755,14 +801,14 @@ static int sim_open(int index, sw__bdev **out, sw__device_props *props)
                           index, n);
     pthread_once(&sim__atfork_once, sim__atfork_register);
 
-    sw__bdev *dev = calloc(1, sizeof *dev);
+    sw__bdev *dev = sw__calloc(1, sizeof *dev);
     if (!dev)
         return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
                           index);
     dev->index = index;
     rc = sw__sim_arena_init(&dev->arena, index, (size_t)cap);
     if (rc != SW_OK) {
-        free(dev);
+        sw__free(dev);
         return rc;
     }
     pthread_mutex_lock(&sim__registry_mu);
@@ -778,7 +824,7 @@ static int sim_open(int index, sw__bdev **out, sw__device_props *props)
         *pp = dev->next;
         pthread_mutex_unlock(&sim__registry_mu);
         sw__sim_arena_destroy(&dev->arena);
-        free(dev);
+        sw__free(dev);
         return rc;
     }
 
@@ -813,7 +859,7 @@ static void sim_close(sw__bdev *dev)
     *pp = dev->next;
     pthread_mutex_unlock(&sim__registry_mu);
     sw__sim_arena_destroy(&dev->arena);
-    free(dev);
+    sw__free(dev);
 }
 
 static int sim_alloc(sw__bdev *dev, size_t size, uintptr_t *mem)
@@ -825,31 +871,30 @@ static int sim_alloc(sw__bdev *dev, size_t size, uintptr_t *mem)
  * at the call rather than a corrupt arena later.  When q has nothing
  * pending, stream order already holds and a small block is released at
  * once on this thread: the common alloc/free churn then never involves the
- * worker (handing a block to it costs more than releasing it). */
+ * worker (handing a block to it costs more than releasing it).  Otherwise
+ * the block goes to the worker, which releases it once the queue's earlier
+ * work has run. */
 static int sim_free(sw__bdev *dev, sw__bqueue *q, uintptr_t mem, size_t size)
 {
     if (!q)
         q = dev->default_q;
-    int now = 0;
-    if (size < SIM__LAZY_FREE_MAX) {
-        /* Only the caller enqueues (under the core's lock), so an idle
-         * queue stays idle until we return. */
-        pthread_mutex_lock(&q->mu);
-        now = !q->head && q->completed == q->submitted;
-        pthread_mutex_unlock(&q->mu);
-    }
-    sim__cmd *c = NULL;
-    if (!now && !(c = sim__cmd_new(q, SIM__CMD_FREE)))
-        return SW_ERR_HOST_OOM;
-
+    /* Only the caller enqueues (under the core's lock), so an idle queue
+     * stays idle until we return.  A queue without a worker (never used,
+     * or in a forked child) is idle, and a block of any size is released
+     * on it at once: starting a worker for a free could fail. */
+    pthread_mutex_lock(&q->mu);
+    int now = !q->head && q->completed == q->submitted &&
+              (size < SIM__LAZY_FREE_MAX || !q->worker_running);
+    pthread_mutex_unlock(&q->mu);
     sim__block *b = NULL;
     int rc = sw__sim_arena_free(&dev->arena, mem, size, now, &b);
-    if (rc != SW_OK || now) {
-        free(c);
+    if (rc != SW_OK || now)
         return rc;
-    }
-    c->u.free = b;
-    rc = sim__enqueue(q, c, size < SIM__LAZY_FREE_MAX);
+    /* Queued through the block's own link: no host memory, so the free
+     * cannot fail for want of it. */
+    sim__link *l = sw__sim_block_link(b);
+    l->kind = SIM__CMD_FREE;
+    rc = sim__push(q, l, size < SIM__LAZY_FREE_MAX);
     if (rc != SW_OK)
         sw__sim_arena_undoom(&dev->arena, b);
     return rc;
@@ -993,34 +1038,41 @@ static int sim_launch(sw__bqueue *q, const sw_kernel_args *args)
  * ever report SW_OK.
  * ---------------------------------------------------------------------- */
 
+static int sim_synchronize(sw__bqueue *q);
+
 static int sim_event_record(sw__bqueue *q, sw__bevent **out)
 {
-    sw__bevent *ev = malloc(sizeof *ev);
-    if (!ev)
+    sw__bevent *ev = sw__malloc(sizeof *ev);
+    if (!ev) {
+        /* The queue's work is finished before this is reported: a caller
+         * that cannot have an event has no other way to know when the work
+         * queued so far (copies into its host memory among it) has ended.
+         * A wait under the core's lock, which only running out of host
+         * memory brings; the queue's work never needs that lock. */
+        sim_synchronize(q);
         return sw__errorf(SW_ERR_HOST_OOM,
-                          "sim:%d: out of host memory for an event",
+                          "sim:%d: out of host memory for an event (the "
+                          "queue's work is done)",
                           q->dev->index);
+    }
     pthread_mutex_init(&ev->mu, NULL);
     pthread_cond_init(&ev->cv, NULL);
 
     /* An idle queue needs no marker: the event is complete already (and
-     * stays so: only our caller enqueues). */
+     * stays so: only our caller enqueues).  A busy one has a worker, so
+     * the marker (the event's own link) is queued without fail. */
     pthread_mutex_lock(&q->mu);
     int idle = !q->head && q->completed == q->submitted;
     pthread_mutex_unlock(&q->mu);
     ev->done = idle;
     ev->refs = idle ? 1 : 2;
     if (!idle) {
-        sim__cmd *c = sim__cmd_new(q, SIM__CMD_MARKER);
-        int rc = c ? SW_OK : SW_ERR_HOST_OOM;
-        if (c) {
-            c->u.marker = ev;
-            rc = sim__enqueue(q, c, 0);
-        }
+        ev->marker.kind = SIM__CMD_MARKER;
+        int rc = sim__push(q, &ev->marker, 0);
         if (rc != SW_OK) {
             pthread_cond_destroy(&ev->cv);
             pthread_mutex_destroy(&ev->mu);
-            free(ev);
+            sw__free(ev);
             return rc;
         }
     }

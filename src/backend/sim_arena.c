@@ -19,18 +19,23 @@
  * Locking: ar->mu guards the block list and both trees; it is a leaf and
  * is held only for tree work, never while poisoning (nobody else touches a
  * DYING block).  Block structs are host memory from sw__malloc, taken
- * before the lock; the mapping itself is mmap'd (device memory, not the
- * library's bookkeeping).
+ * outside the lock, and those merged away are kept (a few) for the next
+ * split, so that alloc/free churn allocates nothing; the mapping itself is
+ * mmap'd (device memory, not the library's bookkeeping).
  */
 #include "backend.h"
 #include "sim_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+
+/* Block structs kept spare after merges, at most. */
+#define SIM__SPARE_BLOCKS 64
 
 /* ------------------------------------------------------------------------
  * Blocks
@@ -51,9 +56,17 @@ struct sim__block {
     struct sim__block *left, *right;
     uintptr_t addr;
     size_t size;
-    uint32_t prio; /* treap heap key, fixed for the struct's life */
+    uint32_t prio; /* treap heap key, fixed while in a tree */
     unsigned char state;
+    sim__link link; /* its queued free, while DOOMED */
 };
+
+sim__link *sw__sim_block_link(sim__block *b) { return &b->link; }
+
+sim__block *sw__sim_link_block(sim__link *l)
+{
+    return (sim__block *)(void *)((char *)l - offsetof(sim__block, link));
+}
 
 
 /* ------------------------------------------------------------------------
@@ -172,7 +185,7 @@ static uint32_t sim__random(sim__arena *ar)
 int sw__sim_arena_init(sim__arena *ar, int index, size_t capacity)
 {
     memset(ar, 0, sizeof *ar);
-    sim__block *b = calloc(1, sizeof *b);
+    sim__block *b = sw__calloc(1, sizeof *b);
     if (!b)
         return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
                           index);
@@ -180,7 +193,7 @@ int sw__sim_arena_init(sim__arena *ar, int index, size_t capacity)
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         int e = errno;
-        free(b);
+        sw__free(b);
         return sw__errorf(SW_ERR_HOST_OOM,
                           "sim:%d: cannot map a %zu-byte arena: %s", index,
                           capacity, strerror(e));
@@ -201,11 +214,12 @@ int sw__sim_arena_init(sim__arena *ar, int index, size_t capacity)
 
 void sw__sim_arena_destroy(sim__arena *ar)
 {
-    sim__block *b = ar->first;
-    while (b) {
-        sim__block *next = b->next;
-        free(b);
-        b = next;
+    sim__block *lists[2] = {ar->first, ar->spare};
+    for (int i = 0; i < 2; i++) {
+        for (sim__block *b = lists[i], *next; b; b = next) {
+            next = b->next;
+            sw__free(b);
+        }
     }
     munmap(ar->base, ar->capacity);
     pthread_mutex_destroy(&ar->mu);
@@ -219,23 +233,56 @@ static size_t sim__largest_free(const sim__arena *ar)
     return t ? t->size : 0;
 }
 
-/* The remainder of the free block chosen stays free. */
+/* A spare block struct, or NULL.  Under ar->mu. */
+static sim__block *sim__spare_take(sim__arena *ar)
+{
+    sim__block *b = ar->spare;
+    if (b) {
+        ar->spare = b->next;
+        ar->nspare--;
+    }
+    return b;
+}
+
+/* Keep b for a later split, if there is room; returns b when there is
+ * not (the caller frees it after unlocking).  Under ar->mu. */
+static sim__block *sim__spare_put(sim__arena *ar, sim__block *b)
+{
+    if (!b || ar->nspare >= SIM__SPARE_BLOCKS)
+        return b;
+    b->next = ar->spare;
+    ar->spare = b;
+    ar->nspare++;
+    return NULL;
+}
+
+/* The remainder of the free block chosen stays free, in a block struct
+ * that is spare or, failing that, allocated outside the lock (the worker
+ * releases blocks under it). */
 int sw__sim_arena_alloc(sim__arena *ar, size_t size, uintptr_t *mem)
 {
     int index = ar->index;
-    /* Allocated before taking the lock so that the critical section does
-     * not include malloc; given back when the fit is exact. */
-    sim__block *rest = malloc(sizeof *rest);
-    if (!rest)
-        return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
-                          index);
+    sim__block *fresh = NULL;
     pthread_mutex_lock(&ar->mu);
-    sim__block *b = sim__best_fit(ar->free_root, size);
+    sim__block *b;
+    for (;;) {
+        b = sim__best_fit(ar->free_root, size);
+        if (!b || b->size == size || fresh || ar->spare)
+            break;
+        /* Frees may change the tree meanwhile: look again after. */
+        pthread_mutex_unlock(&ar->mu);
+        fresh = sw__malloc(sizeof *fresh);
+        if (!fresh)
+            return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
+                              index);
+        pthread_mutex_lock(&ar->mu);
+    }
     if (!b) {
         size_t avail = ar->capacity - ar->allocated;
         size_t largest = sim__largest_free(ar);
+        fresh = sim__spare_put(ar, fresh);
         pthread_mutex_unlock(&ar->mu);
-        free(rest);
+        sw__free(fresh);
         return sw__errorf(SW_ERR_OOM,
                           "sim:%d: no free block of %zu bytes (free %zu of "
                           "%zu bytes, largest free block %zu)",
@@ -243,6 +290,8 @@ int sw__sim_arena_alloc(sim__arena *ar, size_t size, uintptr_t *mem)
     }
     sim__treap_remove(&ar->free_root, b, 1);
     if (b->size > size) {
+        sim__block *rest = fresh ? fresh : sim__spare_take(ar);
+        fresh = NULL;
         rest->addr = b->addr + size;
         rest->size = b->size - size;
         rest->state = SIM__FREE;
@@ -255,14 +304,14 @@ int sw__sim_arena_alloc(sim__arena *ar, size_t size, uintptr_t *mem)
         b->next = rest;
         b->size = size;
         sim__treap_insert(&ar->free_root, rest, 1);
-        rest = NULL;
     }
     b->state = SIM__LIVE;
     sim__treap_insert(&ar->live_root, b, 0);
     ar->allocated += size;
     *mem = b->addr;
+    fresh = sim__spare_put(ar, fresh);
     pthread_mutex_unlock(&ar->mu);
-    free(rest);
+    sw__free(fresh);
     return SW_OK;
 }
 
@@ -310,9 +359,11 @@ static void sim__arena_release(sim__arena *ar, sim__block *b, int poison)
         b = p;
     }
     sim__treap_insert(&ar->free_root, b, 1);
+    gone[0] = sim__spare_put(ar, gone[0]);
+    gone[1] = sim__spare_put(ar, gone[1]);
     pthread_mutex_unlock(&ar->mu);
-    free(gone[0]);
-    free(gone[1]);
+    sw__free(gone[0]);
+    sw__free(gone[1]);
 }
 
 /* The queue whose reservation it is has done its work. */

@@ -20,6 +20,19 @@
  * between the two. */
 typedef struct sim__block sim__block;
 
+/* An entry of a queue's FIFO (sim.c): every command begins with one, and
+ * every block carries one, so that a block's free is queued without
+ * allocating.  (A free must not fail for want of host memory: the core
+ * cannot take the memory back, so a failed free would leak it.) */
+typedef struct sim__link {
+    struct sim__link *next;
+    int kind; /* sim.c's sim__cmd_kind */
+} sim__link;
+
+/* The link a block carries, and the block a link belongs to. */
+sim__link *sw__sim_block_link(sim__block *b);
+sim__block *sw__sim_link_block(sim__link *l);
+
 /* One device's memory: a fixed-size mapping of host memory carved into
  * blocks.  mu is a leaf lock, held only for tree work, never while
  * waiting or while touching block contents; the fork handlers in sim.c
@@ -32,6 +45,10 @@ typedef struct sim__arena {
     sim__block *first;     /* lowest block; never merged away */
     sim__block *free_root; /* FREE blocks by (size, addr): best fit */
     sim__block *live_root; /* LIVE and DOOMED blocks by addr: lookups */
+    /* Block structs merged away, kept for the next split (at most
+     * SIM__SPARE_BLOCKS), so that alloc/free churn needs no host memory. */
+    sim__block *spare;
+    unsigned nspare;
     uint32_t rng;
     int index; /* the device's, for messages */
 } sim__arena;
@@ -45,8 +62,8 @@ void sw__sim_arena_destroy(sim__arena *ar);
 
 /* Best fit: the smallest free block of at least size bytes (lowest address
  * among equals), carved from its low end.  SW_ERR_OOM with the free and
- * largest free figures when none fits; SW_ERR_HOST_OOM when the block for
- * the remainder cannot be had. */
+ * largest free figures when none fits; SW_ERR_HOST_OOM only when the
+ * remainder needs a block struct, none is spare, and none can be had. */
 int sw__sim_arena_alloc(sim__arena *ar, size_t size, uintptr_t *mem);
 
 /* A free, checked now: SW_ERR_INVALID_ARG, saying why, unless mem is a
