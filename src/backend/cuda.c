@@ -63,11 +63,10 @@
  *  - Events are CUDA events without timing, recycled per device.
  *
  * Threads and locks.  The core holds its device mutex around everything
- * except the event operations, synchronize and queue_destroy.  Our own
- * state those touch: a device's event free list (ev_mu, a leaf) and its
- * reference count (atomic: the open, every live event and every queue hold
- * one, so that the primary context stays retained while any of our handles
- * exists).  The loader runs once (pthread_once); so do NVRTC's, in
+ * except the event operations and synchronize.  Our own state those touch:
+ * a device's event free list (ev_mu, a leaf) and its reference count
+ * (atomic: the open, every live event and every queue hold one, so that
+ * the primary context stays retained while any of our handles exists).  The loader runs once (pthread_once); so do NVRTC's, in
  * cuda_nvrtc.c, whose compiled-image cache has its own leaf mutex.
  *
  * fork(): the CUDA driver cannot be used in a child forked after it was
@@ -971,8 +970,9 @@ static int cuda_queue_create(sw__bdev *d, sw__bqueue **out)
     return SW_OK;
 }
 
-/* Waits for the queue's work, then destroys it.  Called without the
- * device lock: touches nothing but the queue itself. */
+/* Waits for the queue's work, then destroys it.  The core calls it under
+ * the device lock once the queue's work is done, so the wait is short;
+ * it touches nothing but the queue and the device's reference count. */
 static void cuda_queue_destroy(sw__bqueue *q)
 {
     if (q == NULL || q == &q->dev->dq)
