@@ -1434,16 +1434,16 @@ static int cuda__launch(sw__bqueue *q, const sw_kernel_args *a, size_t es)
                       d->index, (int)a->kernel);
 }
 
-/* The core has checked the kernel, dtype, count and the typed operands'
- * alignment: a misaligned access would end the context for good (a sticky
- * CUDA_ERROR_MISALIGNED_ADDRESS), so none reaches the GPU.  FILL and COPY
- * take any alignment (bytes), SUM stores its result wherever out points. */
+/* The core has checked the kernel, the dtype (one of props.dtypes: 0, the
+ * four of version 1, which the kernel table is indexed by), the count and
+ * the typed operands' alignment: a misaligned access would end the
+ * context for good (a sticky CUDA_ERROR_MISALIGNED_ADDRESS), so none
+ * reaches the GPU.  FILL and COPY take any alignment (bytes), SUM stores
+ * its result wherever out points. */
 static int cuda_launch(sw__bqueue *q, const sw_kernel_args *args)
 {
     sw__bdev *d = q->dev;
-    if ((unsigned)args->dtype > SW_INT64) /* kernels for these four only */
-        return sw__errorf(SW_ERR_DTYPE, "cuda:%d: no %s kernels", d->index,
-                          sw_dtype_name(args->dtype));
+    assert((unsigned)args->dtype <= SW_INT64);
     size_t es = sw_dtype_size(args->dtype);
     cuda__scope s;
     int rc = cuda__enter(d, &s);

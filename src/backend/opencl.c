@@ -1038,6 +1038,15 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
     /* The contract's mem is a cl_mem, not an address: there is no host
      * address to give out through it (see docs/opencl.md). */
     props->host_addressable = 0;
+    /* The kernels of opencl.cl: the four of contract version 1, float64
+     * only with cl_khr_fp64 (the core refuses the others, saying why). */
+    props->dtypes = 1u << SW_FLOAT32 | 1u << SW_INT32 | 1u << SW_INT64;
+    if (dev->fp64)
+        props->dtypes |= 1u << SW_FLOAT64;
+    else
+        snprintf(props->dtypes_why, sizeof props->dtypes_why,
+                 "no double precision (cl_khr_fp64)%s",
+                 has_fp64 ? ", turned off by SPILLWAY_OPENCL_FP64=0" : "");
     *out = dev;
     return SW_OK;
 }
@@ -1275,32 +1284,25 @@ static void ocl__alpha_bits(sw_dtype d, sw_scalar v, void *out)
     case SW_INT64:
         memcpy(out, &v.i, 8);
         break;
+    default: /* never launched: props.dtypes has the four above only */
+        break;
     }
 }
 
-/* The core has checked the kernel, dtype, count and the typed operands'
- * alignment (a cl_mem handle is a host pointer aligned to at least 8
- * bytes, so its check of base + offset is one of the offset).  What only
- * this backend can tell is checked here: fp64 on this device, and each
- * operand against the buffer the runtime knows (a wrapped sw_devmem may
- * claim more than its cl_mem holds). */
+/* The core has checked the kernel, the dtype (one of props.dtypes: the
+ * four of version 1, float64 only with cl_khr_fp64), the count and the
+ * typed operands' alignment (a cl_mem handle is a host pointer aligned to
+ * at least 8 bytes, so its check of base + offset is one of the offset).
+ * What only this backend can tell is checked here: each operand against
+ * the buffer the runtime knows (a wrapped sw_devmem may claim more than
+ * its cl_mem holds). */
 static int ocl_launch(sw__bqueue *q, const sw_kernel_args *args)
 {
     sw__bdev *dev = q->dev;
-    int idx = dev->index;
     const char *kname = sw_kernel_name(args->kernel);
     const char *dname = sw_dtype_name(args->dtype);
-    if ((unsigned)args->dtype > SW_INT64) /* kernels for these four only */
-        return sw__errorf(SW_ERR_DTYPE, "opencl:%d: no %s kernels", idx,
-                          dname);
-    if (args->dtype == SW_FLOAT64 && !dev->fp64)
-        return sw__errorf(SW_ERR_DTYPE,
-                          "opencl:%d: kernel %s float64: this device has no "
-                          "double precision (cl_khr_fp64)%s",
-                          idx, kname,
-                          ocl__env_fp64_off() ? ", turned off by "
-                                                "SPILLWAY_OPENCL_FP64=0"
-                                              : "");
+    assert((unsigned)args->dtype <= SW_INT64 &&
+           (args->dtype != SW_FLOAT64 || dev->fp64));
     size_t es = sw_dtype_size(args->dtype);
     size_t bytes = args->n * es;
 

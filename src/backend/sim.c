@@ -302,6 +302,8 @@ static void sim__scalar_bytes(sw_dtype d, sw_scalar v, unsigned char *out)
     case SW_INT64:
         memcpy(out, &v.i, 8);
         break;
+    default: /* never launched: props.dtypes has the four above only */
+        break;
     }
 }
 
@@ -341,6 +343,8 @@ static void sim__sum(sw_dtype d, const void *a, size_t n, void *out)
         memcpy(out, &s, 8);
         break;
     }
+    default: /* never launched (props.dtypes) */
+        break;
     }
 }
 
@@ -409,6 +413,8 @@ static void sim__run_kernel(sw__bqueue *q, const sim__cmd *c)
     case SW_INT64:
         (alias ? sim__ew_u64_alias : sim__ew_u64)(
             k->kernel, po, pa, pb, (uint64_t)k->alpha.i, k->n);
+        break;
+    default: /* never launched (props.dtypes) */
         break;
     }
 }
@@ -1017,14 +1023,11 @@ static int sim_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
     return sim__enqueue(q, c, 0);
 }
 
-/* The core has checked the kernel, dtype, count and the operands'
- * alignment; the ranges are proven live when the kernel runs. */
+/* The core has checked the kernel, the dtype (one of props.dtypes: 0,
+ * the four of version 1), the count and the operands' alignment; the
+ * ranges are proven live when the kernel runs. */
 static int sim_launch(sw__bqueue *q, const sw_kernel_args *args)
 {
-    if ((unsigned)args->dtype > SW_INT64) /* kernels for these four only */
-        return sw__errorf(SW_ERR_DTYPE, "sim:%d: the simulated device has "
-                          "no %s kernels", q->dev->index,
-                          sw_dtype_name(args->dtype));
     sim__cmd *c = sim__cmd_new(q, SIM__CMD_KERNEL);
     if (!c)
         return SW_ERR_HOST_OOM;
