@@ -105,8 +105,11 @@ typedef struct sw__backend_ops {
     /* pre: pattern_size in {1,2,4,8}, n a multiple of it. */
     int (*fill)(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
                 const void *pattern, size_t pattern_size);
-    /* A built-in kernel; args validated by the core (dtype, kernel, n > 0,
-     * operand ranges inside the buffers the core knows of). */
+    /* A built-in kernel; args validated by the core (kernel, a dtype of
+     * props.dtypes, n > 0 and its byte count, typed operands aligned to
+     * their elements, operand ranges inside the buffers the core knows
+     * of).  A backend checks only what it alone can know, such as an
+     * operand lying inside what its runtime allocated. */
     int (*launch)(sw__bqueue *q, const sw_kernel_args *args);
 
     /* An event completes when all work enqueued on q before it has. */
