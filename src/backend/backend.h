@@ -121,7 +121,10 @@ typedef struct sw__backend_ops {
      * error of the work before it, as event_query. */
     int (*event_wait)(sw__bevent *ev);
     void (*event_release)(sw__bevent *ev);
-    /* Without the device lock: wait for all work on q. */
+    /* Without the device lock: wait for all work on q.  Must not allocate
+     * host memory: it is the core's way to wait when no event can be had
+     * (a copy into host memory must have ended before that memory is
+     * reused). */
     int (*synchronize)(sw__bqueue *q);
 
     /* Version 2. */

@@ -1398,18 +1398,10 @@ static int ocl_launch(sw__bqueue *q, const sw_kernel_args *args)
 static int ocl_event_record(sw__bqueue *q, sw__bevent **out)
 {
     sw__bevent *ev = sw__malloc(sizeof *ev);
-    if (!ev) {
-        /* The queue is finished before this is reported: a caller that
-         * cannot have an event has no other way to know when the work
-         * queued so far (a read into its host memory among it) has ended.
-         * A wait under the core's lock, which only running out of host
-         * memory brings. */
-        clFinish(q->cq);
+    if (!ev)
         return sw__errorf(SW_ERR_HOST_OOM,
-                          "opencl:%d: out of host memory for an event (the "
-                          "queue's work is done)",
+                          "opencl:%d: out of host memory for an event",
                           q->dev->index);
-    }
     int rc = ocl__latest(q, &ev->ev);
     if (rc != SW_OK) {
         sw__free(ev);

@@ -1046,18 +1046,10 @@ static int sim_synchronize(sw__bqueue *q);
 static int sim_event_record(sw__bqueue *q, sw__bevent **out)
 {
     sw__bevent *ev = sw__malloc(sizeof *ev);
-    if (!ev) {
-        /* The queue's work is finished before this is reported: a caller
-         * that cannot have an event has no other way to know when the work
-         * queued so far (copies into its host memory among it) has ended.
-         * A wait under the core's lock, which only running out of host
-         * memory brings; the queue's work never needs that lock. */
-        sim_synchronize(q);
+    if (!ev)
         return sw__errorf(SW_ERR_HOST_OOM,
-                          "sim:%d: out of host memory for an event (the "
-                          "queue's work is done)",
+                          "sim:%d: out of host memory for an event",
                           q->dev->index);
-    }
     pthread_mutex_init(&ev->mu, NULL);
     pthread_cond_init(&ev->cv, NULL);
 

@@ -447,25 +447,13 @@ SW_API int sw_buffer_device_ptr(sw_buffer *h, sw_devmem *out)
  * ---------------------------------------------------------------------- */
 
 /* Waits, without the lock, for a host transfer just queued on base; the
- * pin keeps base alive and in place meanwhile.  If no event can be had,
- * the whole queue is waited for: the caller's host memory must not be
- * touched by the device after we return. */
+ * pin keeps base alive and in place meanwhile.  The caller's host memory
+ * is not touched by the device after this returns, even when no event can
+ * be had (sw__wait_idle_locked). */
 static int finish_transfer_locked(sw_device *dev, sw__buf *base)
 {
     base->pins++;
-    sw__bevent *ev = NULL;
-    int rc = sw__b_event_record(dev, &ev);
-    if (rc == SW_OK) {
-        rc = sw__wait_event_locked(dev, ev);
-    } else {
-        const sw__backend_ops *ops = dev->ops;
-        sw__bqueue *q = dev->q;
-        dev->waiting++;
-        sw__unlock(dev);
-        (void)sw__b_synchronize(ops, q);
-        sw__lock(dev);
-        dev->waiting--;
-    }
+    int rc = sw__wait_idle_locked(dev);
     sw__unpin_locked(dev, base);
     return rc;
 }

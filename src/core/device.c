@@ -459,10 +459,20 @@ int sw__wait_idle_locked(sw_device *dev)
 {
     sw__assert_locked(dev);
     sw__bevent *ev = NULL;
-    int rc = sw__b_event_record(dev, &ev);
-    if (rc != SW_OK)
-        return rc;
-    return sw__wait_event_locked(dev, ev);
+    if (sw__b_event_record(dev, &ev) == SW_OK)
+        return sw__wait_event_locked(dev, ev);
+    /* No event to be had (no host memory for one): wait for the whole
+     * queue instead, which allocates nothing (backend.h), without the
+     * lock.  Callers rely on the work being done when this returns: a
+     * copy into host memory they are about to reuse or free. */
+    const sw__backend_ops *ops = dev->ops;
+    sw__bqueue *q = dev->q;
+    dev->waiting++;
+    sw__unlock(dev);
+    int rc = sw__b_synchronize(ops, q);
+    sw__lock(dev);
+    dev->waiting--;
+    return rc;
 }
 
 SW_API int sw_device_synchronize(sw_device *dev)

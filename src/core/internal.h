@@ -469,7 +469,9 @@ void sw__host_pool_drain_locked(sw_device *dev);
 /* pthread_cond_wait on dev->moved, keeping the owner fields right. */
 void sw__cond_wait_locked(sw_device *dev);
 /* Wait for everything queued on the default queue, with the lock released
- * during the wait (re-taken before returning). */
+ * during the wait (re-taken before returning).  The work is done when this
+ * returns even if no event could be had (then the whole queue is
+ * synchronized); the result is the work's. */
 int sw__wait_idle_locked(sw_device *dev);
 /* Wait for an event with the lock released; releases the event. */
 int sw__wait_event_locked(sw_device *dev, sw__bevent *ev);

@@ -552,14 +552,8 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
     rc = sw__b_launch(dev, dev->q, &args);
     if (rc == SW_OK)
         rc = sw__b_read(dev, &result, dst.base, dst.offset, sum_size(dtype));
-    if (rc == SW_OK) {
-        sw__bevent *ev = NULL;
-        rc = sw__b_event_record(dev, &ev);
-        if (rc == SW_OK)
-            rc = sw__wait_event_locked(dev, ev);
-        else
-            (void)sw__wait_idle_locked(dev);
-    }
+    if (rc == SW_OK)
+        rc = sw__wait_idle_locked(dev);
     for (size_t i = 0; i < nbufs; i++)
         sw__unpin_locked(dev, bufs[i]->base);
     if (rc == SW_OK)

@@ -257,12 +257,9 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
     if (victims == NULL)
         return rc;
 
-    sw__bevent *ev = NULL;
-    int wrc = sw__b_event_record(dev, &ev);
-    if (wrc == SW_OK)
-        wrc = sw__wait_event_locked(dev, ev);
-    else
-        (void)sw__wait_idle_locked(dev);
+    /* Every copy out has ended when this returns, whatever it returns:
+     * only then may a failed one's host copy go back to the pool. */
+    int wrc = sw__wait_idle_locked(dev);
     double dt = now_seconds() - t0;
 
     while ((b = victims) != NULL) {
@@ -318,14 +315,8 @@ int sw__make_resident_locked(sw_device *dev, sw__buf *base)
         drain_queue_locked(dev);
         t0 = now_seconds();
         rc = sw__b_write(dev, mem, 0, base->host, base->size);
-        if (rc == SW_OK) {
-            sw__bevent *ev = NULL;
-            rc = sw__b_event_record(dev, &ev);
-            if (rc == SW_OK)
-                rc = sw__wait_event_locked(dev, ev);
-            else
-                (void)sw__wait_idle_locked(dev);
-        }
+        if (rc == SW_OK)
+            rc = sw__wait_idle_locked(dev);
         if (rc != SW_OK)
             sw__cache_put_locked(dev, mem, base->alloc_size);
     }
