@@ -232,6 +232,8 @@ typedef struct sw_memory_info {
     uint64_t peak_reserved; /* highest in_use + cached since open or
                              * sw_reset_peak (PyTorch's max reserved) */
     uint64_t live_buffers;  /* live base buffers, spilled ones included */
+    uint64_t host_pool;       /* idle host memory kept for host copies */
+    uint64_t host_pool_limit; /* its bound (sw_set_host_pool_limit) */
 } sw_memory_info;
 
 /* Sizes are rounded up to a multiple of this (the unit of in_use).  A
@@ -275,14 +277,25 @@ SW_API int sw_peak_scope_end(sw_peak_scope *scope, uint64_t *peak);
 SW_API int sw_set_memory_budget(sw_device *dev, uint64_t bytes);
 SW_API int sw_get_memory_budget(sw_device *dev, uint64_t *bytes);
 
-/* Release every cached block back to the device. */
+/* Release every cached block back to the device.  The host staging pool
+ * is kept (sw_release_host_pool). */
 SW_API int sw_empty_cache(sw_device *dev);
+
+/* The host staging pool: host memory that spills copy into, reused (fresh
+ * memory costs a page fault per page; on CUDA it is page-locked so copies
+ * run at full rate and asynchronously).  Only idle blocks count against
+ * its bound, which is $SPILLWAY_HOST_POOL at open (a size such as "2G")
+ * or 1 GiB; a block holding spilled data counts in `spilled`. */
+SW_API int sw_set_host_pool_limit(sw_device *dev, uint64_t bytes);
+/* Give every idle block of the pool back to the system. */
+SW_API int sw_release_host_pool(sw_device *dev);
 
 /* ------------------------------------------------------------------------
  * Buffers
  * ---------------------------------------------------------------------- */
 
 typedef struct sw_buffer sw_buffer;
+typedef struct sw_queue sw_queue; /* see "Queues" below */
 
 /* Device memory as a launch sees it: base is the backend's handle of the
  * whole allocation (a device address on the simulated device and CUDA, a
@@ -366,7 +379,9 @@ SW_API int sw_memory_snapshot(sw_device *dev, sw_buffer_info *out,
                               size_t cap, size_t *count);
 
 /* Host access to bytes [offset, offset + n).  Ordered after work already
- * queued on the device; they return once the copy is complete.  A range
+ * queued on the device; they return once the copy is complete.  Small
+ * transfers (at most 4 KiB) are done inline, without the queue, when the
+ * device's memory is host memory and nothing is queued.  A range
  * past the end is SW_ERR_OUT_OF_RANGE.  A spilled buffer is read and
  * written in its host copy and stays spilled: only the device brings a
  * buffer back. */
@@ -385,7 +400,17 @@ SW_API int sw_buffer_copy(sw_buffer *dst, size_t dst_offset, sw_buffer *src,
 SW_API int sw_buffer_fill(sw_buffer *buf, size_t offset, size_t n,
                           const void *pattern, size_t pattern_size);
 
-/* The buffer's device memory, restoring it if spilled.  The memory may
+/* Start bringing a spilled buffer back to the device without waiting:
+ * its copy is queued on the copy queue, and work queued later on the
+ * default queue (and on q, which may be NULL) runs after it.  Call it a
+ * step ahead of the work that needs the buffer -- the next layer's
+ * weights, the next block of a pipeline -- so that the copy overlaps the
+ * work of this step.  A no-op for a resident buffer (beyond ordering q
+ * after it).  May spill others to make room, as any restore. */
+SW_API int sw_buffer_prefetch(sw_buffer *buf, sw_queue *q);
+
+/* The buffer's device memory, restoring it if spilled (and waiting for the
+ * restore's copy: the pointer may be used outside spillway).  The memory may
  * move again at the next allocation that needs room: hold it across a
  * launch with sw_launch_begin, or for longer with sw_buffer_expose. */
 SW_API int sw_buffer_device_ptr(sw_buffer *buf, sw_devmem *out);
@@ -619,11 +644,14 @@ typedef enum sw_trace_kind {
     SW_TRACE_CACHE_HIT = 3,   /* memory taken from the cache [cached -] */
     SW_TRACE_CACHE_PUT = 4,   /* memory kept in the cache [cached +] */
     SW_TRACE_CACHE_TRIM = 5,  /* cached memory given back [cached -] */
-    SW_TRACE_SPILL_BEGIN = 6, /* a buffer's copy out was queued */
-    SW_TRACE_SPILL_END = 7,   /* ...and completed [in_use -, spilled +];
-                               * aux 1 if it failed (nothing changed) */
-    SW_TRACE_RESTORE_BEGIN = 8,
-    SW_TRACE_RESTORE_END = 9, /* [spilled -, in_use +]; aux 1: failed */
+    SW_TRACE_SPILL_BEGIN = 6, /* a buffer's copy out was queued and its
+                               * device memory given up [in_use -size,
+                               * spilled +size] */
+    SW_TRACE_SPILL_END = 7,   /* ...the copy completed; aux 1 if it failed
+                               * on the device */
+    SW_TRACE_RESTORE_BEGIN = 8, /* a copy in was queued [spilled -size,
+                                 * in_use +size]; aux 1: a prefetch */
+    SW_TRACE_RESTORE_END = 9, /* ...completed; aux 1: failed */
     SW_TRACE_PREFETCH = 10,   /* a restore started ahead of use */
     SW_TRACE_BUDGET = 11,     /* the budget was set to aux */
     SW_TRACE_PRESSURE_BEGIN = 12, /* pressure callbacks start (size: the

@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SW__BACKEND_VERSION 2
+#define SW__BACKEND_VERSION 3
 
 typedef struct sw__bdev sw__bdev;     /* a backend's open device */
 typedef struct sw__bqueue sw__bqueue; /* an in-order queue on it */
@@ -133,6 +133,25 @@ typedef struct sw__backend_ops {
      * released right after.  NULL in a version-1 table: the core then
      * waits on the host instead. */
     int (*wait_event)(sw__bqueue *q, sw__bevent *ev);
+
+    /* Version 3.  Each may be NULL: the core then does without it. */
+    /* A second in-order queue of the device for copies between host and
+     * device memory (spills and restores), created by open and destroyed
+     * by close (no reservation of device memory, unlike queue_create), so
+     * that copies run beside kernels: a second CUDA stream, a second
+     * OpenCL queue, a copy worker on the simulated device.  NULL: copies go
+     * on the default queue. */
+    sw__bqueue *(*copy_queue)(sw__bdev *dev);
+    /* Nonzero when nothing is queued on q or running there now (never
+     * blocks): a small host transfer may then be done inline.  With the
+     * device lock held. */
+    int (*queue_idle)(sw__bqueue *q);
+    /* Host memory for the staging pool that spills copy into, page-locked
+     * where the backend can so that copies run at full rate and
+     * asynchronously (cuMemHostAlloc).  With the device lock held; NULL
+     * members: the core's own host allocator. */
+    int (*host_alloc)(sw__bdev *dev, size_t size, void **out);
+    void (*host_free)(sw__bdev *dev, void *p, size_t size);
 } sw__backend_ops;
 
 /* The backends this build has (NULL-free list in src/core/device.c). */

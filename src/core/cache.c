@@ -111,7 +111,6 @@ void sw__cache_drain_locked(sw_device *dev)
     sw__assert_locked(dev);
     while (dev->cache.oldest != NULL)
         sw__cache_trim_oldest_locked(dev);
-    sw__host_pool_drain_locked(dev);
 }
 
 SW_API int sw_empty_cache(sw_device *dev)

@@ -277,6 +277,14 @@ static int open_registered(const char *spec, size_t bi, int index,
         *out = dev;
         return SW_OK;
     }
+    /* The host staging pool's bound (hostpool.c), read at open. */
+    uint64_t host_pool_limit = SW__HOST_POOL_DEFAULT;
+    const char *hp = getenv("SPILLWAY_HOST_POOL");
+    if (hp != NULL && hp[0] != '\0' &&
+        sw_parse_size(hp, &host_pool_limit) != SW_OK)
+        return sw__errorf(SW_ERR_INVALID_ARG, "SPILLWAY_HOST_POOL='%.60s' "
+                          "is not a size (expected bytes with an optional "
+                          "unit, e.g. 2G or 512M)", hp);
     sw__bdev *b = NULL;
     sw__device_props props;
     memset(&props, 0, sizeof props);
@@ -293,6 +301,8 @@ static int open_registered(const char *spec, size_t bi, int index,
     dev->props = props;
     dev->b = b;
     dev->q = sw__b_default_queue(dev);
+    dev->copyq = sw__b_copy_queue(dev);
+    dev->hpool.limit = host_pool_limit;
     dev->refs = 1;
     sw__unlock(dev);
     *out = dev;
@@ -371,7 +381,11 @@ SW_API int sw_device_close(sw_device *dev)
         pthread_mutex_unlock(&registry_lock);
         return rc;
     }
+    /* Copies still in flight (of buffers freed meanwhile) end first. */
+    while (dev->xfers != NULL)
+        (void)sw__xfer_wait_locked(dev, dev->xfers);
     sw__cache_drain_locked(dev);
+    sw__host_pool_drain_locked(dev);
     sw__trace_close_locked(dev);
     if (dev->scratch != 0)
         (void)sw__b_free(dev, dev->scratch, SW_ALLOC_GRANULARITY);
@@ -381,6 +395,7 @@ SW_API int sw_device_close(sw_device *dev)
     sw__bdev *b = dev->b;
     dev->b = NULL;
     dev->q = NULL;
+    dev->copyq = NULL;
     dev->refs = 0;
     sw__unlock(dev);
     /* The backend waits for its work here; no device lock is held, and
@@ -516,6 +531,25 @@ SW_API int sw_device_synchronize(sw_device *dev)
     int r = sw__wait_idle_locked(dev);
     if (rc == SW_OK)
         rc = r;
+    if (dev->copyq != NULL) {
+        /* The copy queue's copies (spills, restores, prefetches). */
+        sw__bevent *ev = NULL;
+        r = sw__b_event_record_q(dev, dev->copyq, &ev);
+        if (r == SW_OK) {
+            r = sw__wait_event_locked(dev, ev);
+        } else {
+            sw__bqueue *cq = dev->copyq;
+            dev->waiting++;
+            sw__unlock(dev);
+            r = sw__b_synchronize(ops, cq);
+            sw__lock(dev);
+            dev->waiting--;
+        }
+        if (rc == SW_OK)
+            rc = r;
+    }
+    if (dev->xfers != NULL)
+        sw__xfer_poll_locked(dev);
     /* Work queued before this call has completed on every queue we could
      * wait for; parked memory is safe to reuse when that was all of them. */
     sw__unpark_locked(dev, rc == SW_OK && all_waited);

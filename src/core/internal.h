@@ -158,6 +158,16 @@ struct sw__buf {
      * queue last waited for them: bit k is queue id k (see sw__queue). */
     uint64_t qmask;
     uint64_t id; /* (base) unique for the process: snapshots, traces */
+    /* (base) Copies of its data in flight (spill.c): the batch, and the
+     * device's list of bases with one.  The host block is host_size bytes
+     * (the pool may give a larger one than size), page-locked when
+     * host_pinned. */
+    struct sw__xfer *xfer;
+    sw__buf *xnext, *xprev;
+    size_t host_size;
+    bool host_pinned;
+    bool released; /* freed while a copy was in flight: slot freed after */
+    bool lost;     /* its copy to host failed on the device (spill.c) */
     sw__buf *live_prev, *live_next; /* dev->live list of bases */
     char tag[SW_TAG_MAX + 1];
 };
@@ -179,6 +189,35 @@ static inline sw_buffer *sw__buf_handle(const sw__buf *b)
 {
     return (sw_buffer *)sw__handle_of(&sw__buf_pool, b);
 }
+
+/* A batch of copies between device and host memory in flight on the copy
+ * queue (spill.c): one event, shared by the buffers it moves. */
+enum { SW__XFER_SPILL = 0, SW__XFER_RESTORE = 1 };
+typedef struct sw__xfer {
+    sw__bevent *ev;
+    uint32_t refs; /* buffers attached, and waiters */
+    int kind;      /* SW__XFER_SPILL or SW__XFER_RESTORE */
+    bool done;     /* observed complete */
+    int rc;        /* the copies' result, once done */
+    double t0;     /* when queued */
+} sw__xfer;
+
+/* The host staging pool (hostpool.c): idle host blocks for host copies. */
+typedef struct sw__hblock {
+    void *p;
+    size_t size;
+    bool pinned; /* from the backend's host_alloc */
+    struct sw__hblock *next;
+} sw__hblock;
+
+typedef struct sw__hostpool {
+    sw__hblock *head;
+    uint64_t bytes; /* idle bytes held */
+    uint64_t limit;
+    size_t count;
+} sw__hostpool;
+
+#define SW__HOST_POOL_DEFAULT (UINT64_C(1) << 30)
 
 /* ------------------------------------------------------------------------
  * The cache: freed device blocks kept for reuse, exact rounded size.
@@ -221,8 +260,6 @@ typedef struct sw__fault {
 #define SW__SCRATCH_SLOT 16u
 #define SW__SCRATCH_SLOTS (SW_ALLOC_GRANULARITY / SW__SCRATCH_SLOT)
 
-#define SW__HPOOL_MAX 16
-#define SW__HPOOL_BYTES (UINT64_C(1) << 30)
 
 typedef struct sw__callback {
     sw_pressure_fn fn; /* NULL: free slot */
@@ -280,13 +317,12 @@ struct sw_device {
     size_t heap_len, heap_cap;
     uint64_t heap_bytes; /* their alloc sizes: what could be spilled */
     pthread_cond_t moved; /* a spill or restore finished */
-    /* Host copies kept after restores for the next spill of the same
-     * size: fresh host memory costs a page fault per page on first touch,
-     * which would halve spill bandwidth (a real runtime keeps pinned host
-     * buffers the same way).  Bounded; emptied with the cache. */
-    struct { void *p; size_t size; } hpool[SW__HPOOL_MAX];
-    size_t hpool_n;
-    uint64_t hpool_bytes;
+    /* The host staging pool (hostpool.c). */
+    sw__hostpool hpool;
+    /* The backend's copy queue, or NULL (copies go on q). */
+    sw__bqueue *copyq;
+    /* Bases with copies in flight (spill.c), linked through xnext. */
+    sw__buf *xfers;
     sw__callback callbacks[SW_MAX_PRESSURE_CALLBACKS];
     sw__queue *queues; /* live and dying queues */
     size_t live_queues;
@@ -458,13 +494,28 @@ void sw__lru_remove_locked(sw_device *dev, sw__buf *b);
  * its buffers resident and intact. */
 int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled);
 /* Bring a spilled base back (may spill others, never base itself; may
- * release the lock).  On failure the host copy is kept. */
+ * release the lock).  The copy in is queued, not waited for: work on the
+ * default queue (and on q, when not NULL) runs after it.  On failure the
+ * host copy is kept. */
+int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
+                       bool prefetch);
 int sw__make_resident_locked(sw_device *dev, sw__buf *base);
+/* Finish the xfers that are done (never blocks). */
+void sw__xfer_poll_locked(sw_device *dev);
+/* Wait (lock released) until base has no copy in flight; SW_ERR_DEVICE if
+ * its data was lost by a copy that failed on the device. */
+int sw__xfer_wait_locked(sw_device *dev, sw__buf *base);
+/* The last of a release: host block back, slot freed (buffer.c). */
+void sw__buf_slot_free_locked(sw_device *dev, sw__buf *base);
 /* Wait (lock released) until no spill or restore is moving base. */
 void sw__wait_stable_locked(sw_device *dev, sw__buf *base);
-/* Host memory for spilled copies, from the pool when it has that size. */
-void *sw__host_get_locked(sw_device *dev, size_t size);
-void sw__host_put_locked(sw_device *dev, void *p, size_t size);
+/* Host memory for a host copy of size bytes, from the pool when it has a
+ * block of about that size: *got is the block's size, *pinned how it was
+ * allocated (both go back with it).  NULL without host memory. */
+void *sw__host_get_locked(sw_device *dev, size_t size, size_t *got,
+                          bool *pinned);
+void sw__host_put_locked(sw_device *dev, void *p, size_t size, bool pinned);
+void sw__host_pool_trim_locked(sw_device *dev, uint64_t limit);
 void sw__host_pool_drain_locked(sw_device *dev);
 /* pthread_cond_wait on dev->moved, keeping the owner fields right. */
 void sw__cond_wait_locked(sw_device *dev);
@@ -527,6 +578,19 @@ void sw__b_event_release(const sw__backend_ops *ops, sw__bevent *ev);
 int sw__b_synchronize(const sw__backend_ops *ops, sw__bqueue *q);
 /* q waits (on the device) for everything queued on `on` so far. */
 int sw__b_queue_wait(sw_device *dev, sw__bqueue *q, sw__bqueue *on);
+/* Version 3 (each does without when the backend has none). */
+sw__bqueue *sw__b_copy_queue(sw_device *dev); /* NULL: none */
+int sw__b_read_q(sw_device *dev, sw__bqueue *q, void *dst, uintptr_t src,
+                 size_t off, size_t n);
+int sw__b_write_q(sw_device *dev, sw__bqueue *q, uintptr_t dst, size_t off,
+                  const void *src, size_t n);
+/* q waits (on the device) for ev. */
+int sw__b_wait_event(sw_device *dev, sw__bqueue *q, sw__bevent *ev);
+/* 1 when nothing is queued on q; 0 when busy or the backend cannot say. */
+int sw__b_queue_idle(sw_device *dev, sw__bqueue *q);
+/* Page-locked host memory; SW_ERR_UNSUPPORTED when the backend has none. */
+int sw__b_host_alloc(sw_device *dev, size_t size, void **out);
+void sw__b_host_free(sw_device *dev, void *p, size_t size);
 
 /* ------------------------------------------------------------------------
  * Memory history (trace.c)

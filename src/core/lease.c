@@ -66,6 +66,10 @@ SW_API int sw_buffer_expose(sw_buffer *h, sw_devmem *ptr, sw_lease **out)
     sw__buf *base = buf->base;
     base->pins++;
     rc = sw__make_resident_locked(dev, base);
+    /* The consumer reads the memory outside spillway's queues: the
+     * restore's copy must have landed. */
+    if (rc == SW_OK)
+        rc = sw__xfer_wait_locked(dev, base);
     if (rc != SW_OK) {
         sw__unpin_locked(dev, base);
         sw__unlock(dev);

@@ -57,6 +57,8 @@ void sw__memory_info_locked(sw_device *dev, sw_memory_info *out)
     out->gc_runs = dev->gc_runs;
     out->peak_reserved = dev->peak_reserved;
     out->live_buffers = dev->live_count;
+    out->host_pool = dev->hpool.bytes;
+    out->host_pool_limit = dev->hpool.limit;
 }
 
 SW_API int sw_memory_info_get(sw_device *dev, sw_memory_info *out)
@@ -67,6 +69,8 @@ SW_API int sw_memory_info_get(sw_device *dev, sw_memory_info *out)
     int rc = sw__device_enter(dev);
     if (rc != SW_OK)
         return rc;
+    if (dev->xfers != NULL) /* copies done count in the figures now */
+        sw__xfer_poll_locked(dev);
     sw__memory_info_locked(dev, out);
     sw__unlock(dev);
     return SW_OK;
