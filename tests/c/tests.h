@@ -7,6 +7,14 @@
 #define SW_TESTS_H
 
 #define SW_TEST_LIST(X)                                                       \
+    /* test-inflight.c */                                                     \
+    X(inflight_read_write)                                                    \
+    X(inflight_free)                                                          \
+    X(inflight_relaunch_and_spill_again)                                      \
+    X(inflight_prefetch)                                                      \
+    X(inflight_copy_fault_keeps_buffer)                                       \
+    X(host_pool_bound)                                                        \
+    X(thread_inflight)                                                        \
     /* test-trace.c */                                                        \
     X(trace_every_kind_replays)                                               \
     X(trace_ring_bound)                                                       \
