@@ -360,22 +360,32 @@ typedef struct sw__task {
     sw__event *done; /* completed when fn returns */
 } sw__task;
 
+/* A buffer a queue used (sw__order_use_locked), by its base's id. */
+typedef struct sw__quse {
+    sw__buf *b;
+    uint64_t id;
+} sw__quse;
+
 struct sw__queue {
     sw__slot h; /* h.dev: its device */
     sw_device *dev; /* = h.dev, read under the lock */
     sw__bqueue *bq;
+    /* The buffers whose qmask bit it set: cleared when it dies. */
+    sw__quse *used;
+    size_t nused, capused;
+    bool used_all; /* no memory for the list: clear every buffer's */
     uint32_t refs; /* under the device lock */
     int id;
     bool dying; /* last reference gone; destroyed once idle */
     sw__queue *prev, *next; /* dev->queues */
-    /* Host tasks run in order on the queue's own runner thread, started
-     * at the first task.  `tlock` is a leaf lock. */
+    /* Host tasks run in order, on the runner pool (hosttask.c).  `tlock`
+     * is a leaf lock. */
     pthread_mutex_t tlock;
     pthread_cond_t tcv;
     sw__task *thead, *ttail;
     size_t tpending; /* queued or running */
-    bool runner_started, stop;
-    pthread_t runner;
+    bool scheduled;  /* on the ready list or being run by a runner */
+    sw__queue *rnext; /* the pool's ready list */
 };
 
 struct sw__event {
@@ -390,6 +400,17 @@ struct sw__event {
     bool done;
     int rc;
 };
+
+/* Events (queue.c), for host tasks and order records. */
+sw__event *sw__event_new(const sw__backend_ops *ops, sw__bevent *bev);
+sw_event *sw__event_handle(const sw__event *e);
+void sw__event_unref(sw__event *e);
+int sw__event_check(const sw_event *h, sw__event **out);
+void sw__event_complete(sw__event *e, int rc);
+int sw__event_query(sw__event *ev, int *done);
+int sw__event_wait(sw__event *ev);
+/* Whether this thread is running one of q's host tasks (hosttask.c). */
+bool sw__in_own_task(const sw__queue *q);
 
 /* Make base usable by work on q (NULL: the default queue): orders q
  * after the default queue's earlier work on it, or the default queue
