@@ -101,10 +101,6 @@ void sw__handle_kill(void *obj);
 void sw__pool_put(sw__pool *p, void *obj);
 /* The handle of a live object. */
 uintptr_t sw__handle_of(const sw__pool *p, const void *obj);
-/* The object a handle names while the handle is live, else NULL.  Reads
- * nothing outside the pool whatever the value. */
-void *sw__handle_lookup(const sw__pool *p, const void *handle);
-
 static inline bool sw__slot_live(const sw__slot *s)
 {
     return atomic_load_explicit(&s->gen, memory_order_acquire) & 1u;
@@ -118,6 +114,28 @@ static inline bool sw__handle_matches(const sw__slot *s, const void *handle)
            (g & SW__H_GEN_MASK) ==
                (uint32_t)(((uintptr_t)handle >> SW__H_GEN_SHIFT) &
                           SW__H_GEN_MASK);
+}
+
+/* Chunk k of a pool holds 64 << k slots (handle.c). */
+#define SW__POOL_FIRST_SHIFT 6
+
+/* The object a handle names while the handle is live, else NULL.  Reads
+ * nothing outside the pool whatever the value.  Inline: it is on every
+ * call's path, and every launch argument's. */
+static inline void *sw__handle_lookup(const sw__pool *p, const void *handle)
+{
+    uintptr_t h = (uintptr_t)handle;
+    if (((h >> SW__H_TYPE_SHIFT) & SW__H_TYPE_MASK) != p->type)
+        return NULL;
+    uint32_t index = (uint32_t)(h & SW__H_INDEX_MASK);
+    if (index >= atomic_load_explicit(&p->nslots, memory_order_acquire))
+        return NULL;
+    uint32_t i = index + (1u << SW__POOL_FIRST_SHIFT);
+    unsigned top = 31u - (unsigned)__builtin_clz(i);
+    char *c = atomic_load_explicit(&p->chunks[top - SW__POOL_FIRST_SHIFT],
+                                   memory_order_relaxed);
+    sw__slot *s = (sw__slot *)(c + (size_t)(i - (1u << top)) * p->size);
+    return sw__handle_matches(s, handle) ? s : NULL;
 }
 
 extern sw__pool sw__buf_pool, sw__lease_pool, sw__queue_pool,

@@ -1017,3 +1017,42 @@ TEST(ops_dtype_support_mask)
     test_expect_pattern(a, 8);
     ASSERT_OK(sw_buffer_free(a));
 }
+
+/* sw_launch_end trusts nothing the matching begin saw: a second end, an
+ * array changed in between, or an end from another array of the same
+ * handles are all checked. */
+TEST(launch_end_rechecks)
+{
+    sw_device *dev = test_device();
+    sw_buffer *a = test_alloc(dev, 4096, "a");
+    sw_buffer *b = test_alloc(dev, 4096, "b");
+    sw_buffer *args[2] = {a, b};
+    sw_devmem p[2];
+    ASSERT_OK(sw_launch_begin(dev, args, 2, p));
+    ASSERT_OK(sw_launch_end(dev, args, 2));
+    ASSERT_ERR(sw_launch_end(dev, args, 2), SW_ERR_INVALID_ARG);
+    /* The array changed between begin and end: b was never pinned. */
+    sw_buffer *one[2] = {a, a};
+    ASSERT_OK(sw_launch_begin(dev, one, 2, p));
+    one[1] = b;
+    ASSERT_ERR(sw_launch_end(dev, one, 2), SW_ERR_INVALID_ARG);
+    one[1] = a;
+    ASSERT_OK(sw_launch_end(dev, one, 2));
+    /* Another array with the same handles. */
+    ASSERT_OK(sw_launch_begin(dev, args, 2, p));
+    sw_buffer *copy[2] = {a, b};
+    ASSERT_OK(sw_launch_end(dev, copy, 2));
+    ASSERT_ERR(sw_launch_end(dev, args, 2), SW_ERR_INVALID_ARG);
+    /* Nothing stays pinned: both can spill. */
+    ASSERT_OK(sw_set_memory_budget(dev, 4096));
+    sw_buffer *c = test_alloc(dev, 4096, "c");
+    sw_buffer_state st;
+    ASSERT_OK(sw_buffer_state_get(a, &st));
+    ASSERT_EQ(st, SW_SPILLED);
+    ASSERT_OK(sw_buffer_state_get(b, &st));
+    ASSERT_EQ(st, SW_SPILLED);
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_buffer_free(b));
+    ASSERT_OK(sw_buffer_free(c));
+}

@@ -102,6 +102,7 @@
     X(buffer_copy)                                                            \
     X(buffer_fill)                                                            \
     /* test-ops.c */                                                          \
+    X(launch_end_rechecks)                                                    \
     X(ops_bool_arithmetic_refused)                                            \
     X(ops_dtype_support_mask)                                                 \
     X(ops_fill)                                                               \
