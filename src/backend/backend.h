@@ -59,6 +59,11 @@ typedef struct sw__device_props {
     uint32_t dtypes;
     /* When dtypes lacks some, why (one line, e.g. "no cl_khr_fp64"). */
     char dtypes_why[96];
+    /* Nonzero when the device's memory is the host's (the host backend,
+     * unified memory): there is nothing to spill to, so the core never
+     * spills -- a budget that would be passed is an OOM after the pressure
+     * callbacks -- and `spilled` stays 0. */
+    int no_spill;
 } sw__device_props;
 
 typedef struct sw__backend_ops {
