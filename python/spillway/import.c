@@ -529,6 +529,12 @@ PyObject *sw_py_from_dlpack(sw_py_state *st, PyObject *obj, PyObject *device,
             return NULL;
         ptype = (int)peek.t->device.device_type;
         pid = (int)peek.t->device.device_id;
+    } else if (!PyObject_HasAttrString(obj, "__dlpack__")) {
+        PyErr_Format(PyExc_TypeError,
+                     "from_dlpack() needs an object with __dlpack__ (a "
+                     "DLPack producer) or a DLPack capsule, not %.100s",
+                     Py_TYPE(obj)->tp_name);
+        return NULL;
     } else if (producer_device(obj, &ptype, &pid) < 0) {
         return NULL;
     }

@@ -162,7 +162,8 @@ static int index_parse(ArrayObject *a, PyObject *key, sw_py_index *ix)
         } else if (PySlice_Check(k)) {
             consuming++;
             slices++;
-        } else if (PyIndex_Check(k) && !PyFloat_Check(k)) {
+        } else if (PyIndex_Check(k) && !PyFloat_Check(k) &&
+                   !PySequence_Check(k)) { /* a NumPy array has __index__ */
             consuming++;
         } else {
             return index_kind_error(k);
