@@ -379,9 +379,12 @@ static PyMethodDef Array_methods[] = {
      "device (on queue, when given).  Works for every dtype: the fill "
      "kernel where the device computes with it, else a byte-pattern fill "
      "on the device's default queue."},
-    {"sum", (PyCFunction)(void (*)(void))sw_py_array_sum_method, METH_NOARGS,
-     "sum()\n--\n\nspillway.sum(a): the sum of the elements, reduced on "
-     "the device."},
+    {"sum", (PyCFunction)(void (*)(void))sw_py_array_sum_method,
+     METH_FASTCALL | METH_KEYWORDS,
+     "sum(axis=None, dtype=None, out=None, keepdims=False)\n--\n\n"
+     "spillway.sum(a): the sum of all the elements, reduced on the device "
+     "(numpy.sum(a) calls it; the keywords are taken at their defaults "
+     "only)."},
     {"copy", (PyCFunction)(void (*)(void))sw_py_array_copy,
      METH_FASTCALL | METH_KEYWORDS,
      "copy(*, queue=None)\n--\n\nA new Array with the same contents on the "

@@ -118,7 +118,8 @@ PyObject *sw_py_array_isub(PyObject *a, PyObject *b);
 PyObject *sw_py_array_imul(PyObject *a, PyObject *b);
 PyObject *sw_py_array_neg(PyObject *a);
 PyObject *sw_py_array_richcompare(PyObject *a, PyObject *b, int op);
-PyObject *sw_py_array_sum_method(ArrayObject *a, PyObject *unused);
+PyObject *sw_py_array_sum_method(ArrayObject *a, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames);
 PyObject *sw_py_array_copy(ArrayObject *a, PyObject *const *args,
                            Py_ssize_t nargs, PyObject *kwnames);
 PyObject *sw_py_array_astype(ArrayObject *a, PyObject *const *args,

@@ -228,8 +228,28 @@ PyObject *sw_py_array_richcompare(PyObject *a, PyObject *b, int op)
  * sum, copy, astype
  * ---------------------------------------------------------------------- */
 
-PyObject *sw_py_array_sum_method(ArrayObject *a, PyObject *unused)
+/* sum(axis=None, dtype=None, out=None, keepdims=False): numpy.sum(a) calls
+ * a.sum with those keywords, so they are taken -- at their defaults only:
+ * the kernel reduces the whole array. */
+PyObject *sw_py_array_sum_method(ArrayObject *a, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames)
 {
+    static const char *const names[] = {"axis", "dtype", "out", "keepdims"};
+    PyObject *v[4];
+    if (sw_py_parse_args("sum", args, nargs, kwnames, names, 4, 4, 0, v) < 0)
+        return NULL;
+    int keepdims = 0;
+    if (!sw_py_absent(v[3]) && (keepdims = PyObject_IsTrue(v[3])) < 0)
+        return NULL;
+    if (!sw_py_absent(v[0]) || !sw_py_absent(v[1]) || !sw_py_absent(v[2]) ||
+        keepdims) {
+        PyErr_SetString(PyExc_TypeError,
+                        "sum(): the device's sum kernel reduces the whole "
+                        "array into a Python number; axis, dtype, out and "
+                        "keepdims are not supported (reduce on the host: "
+                        "a.numpy().sum(...))");
+        return NULL;
+    }
     sw_py_state *st = sw_py_type_state(Py_TYPE(a));
     if (st == NULL || sw_py_array_check_device(a) < 0)
         return NULL;

@@ -22,9 +22,28 @@
 #include "dtype.h"
 
 #include <string.h>
+#include <sys/mman.h>
 
 /* The format of the pickled arguments; a newer one is refused. */
 #define SW_PY_PICKLE_FORMAT 1
+
+/* A large host copy is written once, from start to end, right after it
+ * was allocated: ask for huge pages first (as NumPy does for its arrays),
+ * or faulting in 4 KiB pages costs more than the copy itself. */
+static void advise_huge(void *p, size_t n)
+{
+#ifdef MADV_HUGEPAGE
+    if (n < ((size_t)4 << 20))
+        return;
+    uintptr_t start = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
+    uintptr_t end = (uintptr_t)p + n;
+    if (end > start)
+        (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
 
 PyObject *sw_py_array_reduce_ex(ArrayObject *a, PyObject *protocol)
 {
@@ -46,6 +65,7 @@ PyObject *sw_py_array_reduce_ex(ArrayObject *a, PyObject *protocol)
         return NULL;
     char *dst = proto >= 5 ? PyByteArray_AS_STRING(raw)
                            : PyBytes_AS_STRING(raw);
+    advise_huge(dst, (size_t)n);
     if (n > 0)
         NOGIL(rc = sw_buffer_read(a->buf, 0, dst, (size_t)n));
     if (rc != SW_OK) {

@@ -368,3 +368,54 @@ def test_opencl_capsule_round_trip(dev):
         np.from_dlpack(a)  # NumPy imports CPU memory only
     assert np.from_dlpack(a, device="cpu").tolist() == [3.0] * 8
     del b
+
+
+def test_cuda_through_the_fake_driver(tmp_path):
+    """On CUDA an export is kDLCUDA device memory under a lease, and a
+    kDLCUDA tensor of the same device is imported without a copy.  Run
+    against the CPU stand-in for libcuda.so.1 (tests/cuda/fake_libcuda.c),
+    in a subprocess: the driver library is chosen when the backend loads."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    import textwrap
+    build = pathlib.Path(sw.__file__).resolve().parents[2]
+    fake = build / "tests" / "c" / "libcuda_fake.so"
+    if not fake.exists():
+        pytest.skip(f"no {fake}")
+    where = os.path.dirname(os.path.dirname(sw.__file__))
+    code = textwrap.dedent(f"""
+        import gc, sys
+        sys.path.insert(0, {where!r})
+        import numpy as np
+        import spillway as sw
+        d = sw.Device("cuda:0")
+        a = sw.asarray(np.arange(4, dtype=np.float32), device=d, tag="a")
+        assert a.__dlpack_device__() == (2, 0)
+        cap = a.__dlpack__(stream=1, max_version=(1, 0))
+        b = sw.from_dlpack(cap)
+        snap = {{s["tag"]: s for s in sw.memory_snapshot(d)}}
+        assert snap["a"]["leases"] == 1
+        assert snap["dlpack import"]["external"]
+        b.fill(2.0)
+        assert a.numpy().tolist() == [2.0] * 4
+        try:
+            a.__dlpack__(stream=0)
+            raise SystemExit("stream=0 accepted")
+        except BufferError:
+            pass
+        assert np.from_dlpack(a, device="cpu").tolist() == [2.0] * 4
+        c = sw.from_dlpack(a.__dlpack__(copy=True))
+        c.fill(5.0)
+        assert a[0] == 2.0
+        del b, c, cap
+        gc.collect()
+        assert sw.memory_info(d).in_use == 512
+        print("ok")
+    """)
+    env = dict(os.environ, SPILLWAY_CUDA_LIBRARY=str(fake))
+    env.pop("SPILLWAY_DEVICE", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

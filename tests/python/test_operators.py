@@ -128,6 +128,11 @@ def test_sum_copy_astype(dev):
     x = f32(2, 3)
     a = sw.asarray(x, device=dev)
     assert a.sum() == sw.sum(a) == 15.0
+    assert np.sum(a) == 15.0  # numpy.sum calls a.sum(axis=None, ...)
+    with pytest.raises(TypeError, match="axis"):
+        a.sum(axis=0)
+    with pytest.raises(TypeError, match="axis"):
+        np.sum(a, axis=1)
     c = a.copy()
     c.fill(1.0)
     assert a.numpy().tolist() == x.tolist() and c.tag == "copy"
