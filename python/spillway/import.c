@@ -453,6 +453,12 @@ static DeviceObject *default_target(sw_py_state *st, int type, int id)
 static PyObject *import_tensor(sw_py_state *st, DeviceObject *d, dl_in *in,
                                int copy, const char *tag, int *retry)
 {
+    if (in->nbytes == 0) { /* nothing to share or copy, wherever it is */
+        dl_in_take(in);
+        managed_delete(in->managed, in->versioned);
+        return sw_py_array_alloc(st, d, in->dtype, in->ndim, in->shape,
+                                 in->nelem, tag);
+    }
     int dtype_ = 0, did = 0;
     sw_py_dl_device_of(d, &dtype_, &did);
     const DLTensor *t = in->t;
@@ -460,7 +466,7 @@ static PyObject *import_tensor(sw_py_state *st, DeviceObject *d, dl_in *in,
                t->device.device_id == did && dtype_ != kDLExtDev;
     sw_devmem mem = {0, 0};
     int usable = 0; /* the target device's own memory */
-    if (mine && in->nbytes > 0 && in->contiguous) {
+    if (mine && in->contiguous) {
         if (dtype_ == kDLCUDA) {
             mem.base = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
             usable = 1;
@@ -474,7 +480,7 @@ static PyObject *import_tensor(sw_py_state *st, DeviceObject *d, dl_in *in,
         dl_in_take(in);
         return wrap_zero_copy(st, d, in, mem, tag);
     }
-    if (copy == 0 && in->nbytes > 0) {
+    if (copy == 0) {
         PyErr_Format(PyExc_BufferError,
                      "from_dlpack(copy=False): the producer's memory (DLPack "
                      "device (%d, %d)%s) is not %U's own memory%s; importing "

@@ -137,6 +137,16 @@ def test_the_devices_own_export_comes_back_without_a_copy(dev):
     del others, more
 
 
+def test_empty_tensors(dev):
+    for shape in [(0,), (3, 0), ()]:
+        a = sw.zeros(shape, dtype="int16", device=dev)
+        b = sw.from_dlpack(a.__dlpack__(), copy=False)
+        assert b.shape == shape and b.dtype == np.int16
+        c = sw.from_dlpack(np.zeros(shape, np.int16), device=dev,
+                           copy=None)
+        assert c.shape == shape
+
+
 def test_capsules(dev):
     a = sw.asarray(np.arange(6, dtype=np.int32), device=dev, tag="cap")
     cap = a.__dlpack__(max_version=(1, 0))
