@@ -590,7 +590,9 @@ PyObject *sw_py_from_dlpack(sw_py_state *st, PyObject *obj, PyObject *device,
         int retry = 0;
         if (dl_in_read(cap, &in) == 0)
             r = import_tensor(st, d, &in, copy, tag, &retry);
-        Py_DECREF(cap); /* untaken: its destructor hands it back */
+        /* Untaken, its destructor hands the tensor back to its producer;
+         * taken, it does nothing (the tensor is ours, or deleted). */
+        Py_DECREF(cap);
         if (r != NULL || !retry || is_capsule || host_copy) {
             if (retry && r == NULL)
                 PyErr_Format(PyExc_BufferError,
