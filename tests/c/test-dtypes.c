@@ -1125,6 +1125,10 @@ TEST(dtypes_mask)
     ASSERT_UEQ(mask & ~all, 0);
     if (test_is_sim())
         ASSERT_UEQ(mask, all);
+    if (strncmp(test_device_spec(), "opencl:", 7) == 0) {
+        ASSERT_UEQ(mask | fp64, all);
+        ASSERT_TRUE((mask & fp64) == 0 || (mask & fp64) == fp64);
+    }
     sw_buffer *a = test_alloc(dev, 256, "typed");
     test_write_pattern(a, 8);
     int refused = 0;
@@ -1299,4 +1303,59 @@ TEST(dtypes_zero_elements)
         ASSERT_MEM_EQ(got, model, 64);
     }
     ASSERT_OK(sw_buffer_free(b));
+}
+
+/* An OpenCL device without cl_khr_fp64 (forced: SPILLWAY_OPENCL_FP64=0):
+ * float64 and complex128 are refused, everything else runs, and the
+ * float sums (float16, bfloat16, float32, complex64) accumulate in
+ * float-float pairs in the same tree: the matrix's sums hold exactly as
+ * with float64 accumulators. */
+TEST(dtypes_opencl_no_fp64)
+{
+    if (strncmp(test_device_spec(), "opencl:", 7) != 0)
+        SKIP("needs an OpenCL device (SW_TEST_DEVICE=%s)",
+             test_device_spec());
+    setenv("SPILLWAY_OPENCL_FP64", "0", 1);
+    sw_device *dev = test_device();
+    uint32_t all = (1u << SW_DTYPE_COUNT) - 1;
+    ASSERT_UEQ(device_mask(dev),
+               all & ~(1u << SW_FLOAT64 | 1u << SW_COMPLEX128));
+    test_dtypes_mask();
+    test_dtypes_sum();
+    test_dtypes_sum_edges();
+    test_dtypes_sum_order();
+    test_dtypes_scale();
+    test_dtypes_half_exhaustive();
+    /* Beyond float32's precision: 2^24 + 1000 ones, in every float type
+     * that can hold 2^24 (as bfloat16 0x4b80, float16 cannot). */
+    enum { M = 1001 };
+    sw_buffer *b = test_alloc(dev, M * 8, "ff");
+    uint16_t h[M];
+    h[0] = 0x4b80;
+    for (int i = 1; i < M; i++)
+        h[i] = 0x3f80;
+    ASSERT_OK(sw_buffer_write(b, 0, h, sizeof h));
+    sw_scalar r;
+    ASSERT_OK(sw_op_sum(b, SW_BFLOAT16, M, &r));
+    ASSERT_DBL_EQ(r.f, 16777216.0 + 1000.0);
+    float c[2 * M];
+    c[0] = 16777216.0f;
+    c[1] = -16777216.0f;
+    for (int i = 1; i < M; i++) {
+        c[2 * i] = 1.0f;
+        c[2 * i + 1] = -0.5f;
+    }
+    ASSERT_OK(sw_buffer_write(b, 0, c, sizeof c));
+    ASSERT_OK(sw_op_sum(b, SW_COMPLEX64, M, &r));
+    ASSERT_DBL_EQ(r.c.re, 16777216.0 + 1000.0);
+    ASSERT_DBL_EQ(r.c.im, -16777216.0 - 500.0);
+    /* float16: 65504 + 1000 subnormals of 2^-24. */
+    h[0] = 0x7bff;
+    for (int i = 1; i < M; i++)
+        h[i] = 0x0001;
+    ASSERT_OK(sw_buffer_write(b, 0, h, sizeof h));
+    ASSERT_OK(sw_op_sum(b, SW_FLOAT16, M, &r));
+    ASSERT_DBL_EQ(r.f, 65504.0 + ldexp(1000, -24));
+    ASSERT_OK(sw_buffer_free(b));
+    unsetenv("SPILLWAY_OPENCL_FP64");
 }

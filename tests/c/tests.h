@@ -126,6 +126,7 @@
     X(dtypes_bool)                                                            \
     X(dtypes_unaligned)                                                       \
     X(dtypes_zero_elements)                                                   \
+    X(dtypes_opencl_no_fp64)                                                  \
     /* test-async.c */                                                        \
     X(async_free_while_queued)                                                \
     X(async_empty_cache_while_queued)                                         \
