@@ -1123,7 +1123,7 @@ TEST(dtypes_mask)
     uint32_t all = (1u << SW_DTYPE_COUNT) - 1;
     uint32_t fp64 = 1u << SW_FLOAT64 | 1u << SW_COMPLEX128;
     ASSERT_UEQ(mask & ~all, 0);
-    if (test_is_sim())
+    if (test_is_sim() || strncmp(test_device_spec(), "cuda:", 5) == 0)
         ASSERT_UEQ(mask, all);
     if (strncmp(test_device_spec(), "opencl:", 7) == 0) {
         ASSERT_UEQ(mask | fp64, all);
