@@ -120,6 +120,22 @@
     X(ops_mixed_devices)                                                      \
     X(launch_raw_kernels)                                                     \
     X(launch_bad_args)                                                        \
+    /* test-dtypes.c */                                                       \
+    X(dtypes_mask)                                                            \
+    X(dtypes_fill)                                                            \
+    X(dtypes_copy)                                                            \
+    X(dtypes_add)                                                             \
+    X(dtypes_scale)                                                           \
+    X(dtypes_axpy)                                                            \
+    X(dtypes_sum)                                                             \
+    X(dtypes_sum_edges)                                                       \
+    X(dtypes_sum_order)                                                       \
+    X(dtypes_half_fill_rounding)                                              \
+    X(dtypes_half_exhaustive)                                                 \
+    X(dtypes_bool)                                                            \
+    X(dtypes_unaligned)                                                       \
+    X(dtypes_zero_elements)                                                   \
+    X(dtypes_opencl_no_fp64)                                                  \
     /* test-async.c */                                                        \
     X(async_free_while_queued)                                                \
     X(async_empty_cache_while_queued)                                         \
