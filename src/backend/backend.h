@@ -64,6 +64,10 @@ typedef struct sw__device_props {
      * spills -- a budget that would be passed is an OOM after the pressure
      * callbacks -- and `spilled` stays 0. */
     int no_spill;
+    /* Nonzero when a sw_devmem base is a handle, not an address (OpenCL's
+     * cl_mem): the core then checks operand alignment on the offset
+     * alone. */
+    int opaque_base;
 } sw__device_props;
 
 typedef struct sw__backend_ops {

@@ -999,6 +999,20 @@ static void ocl__close_dev(sw__bdev *dev)
     sw__free(dev);
 }
 
+/* Cut s to at most max bytes at a word boundary, marking the cut with
+ * "...": a description is never cut mid-word. */
+static void ocl__cut_words(char *s, size_t max)
+{
+    if (strlen(s) <= max)
+        return;
+    size_t end = max > 3 ? max - 3 : 0;
+    while (end > 0 && s[end] != ' ')
+        end--;
+    while (end > 0 && (s[end - 1] == ' ' || s[end - 1] == ','))
+        end--;
+    memcpy(s + end, "...", 4);
+}
+
 static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
 {
     pthread_once(&ocl__list_once, ocl__enumerate);
@@ -1087,22 +1101,23 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
     sw_format_bytes(dev->capacity, cap, sizeof cap);
     sw_format_bytes(gmem, gm, sizeof gm);
     /* Composed at full length, then cut to the field. */
-    char desc[320];
+    char desc[512], nm[128], pn[96];
+    snprintf(nm, sizeof nm, "%s", name);
+    snprintf(pn, sizeof pn, "%s", pname);
+    ocl__cut_words(nm, 60);
+    ocl__cut_words(pn, 40);
     if (dev->capacity < gmem)
         snprintf(desc, sizeof desc,
-                 "%.60s (%.30s, %s), capacity %s of %s "
+                 "%s (%s, %s), capacity %s of %s "
                  "(SPILLWAY_OPENCL_MEMORY)%s",
-                 name, pname, ocl__type_name(type), cap, gm,
+                 nm, pn, ocl__type_name(type), cap, gm,
                  dev->fp64 ? "" : ", no fp64");
     else
-        snprintf(desc, sizeof desc, "%.60s (%.30s, %s), capacity %s%s", name,
-                 pname, ocl__type_name(type), cap,
-                 dev->fp64 ? "" : ", no fp64");
+        snprintf(desc, sizeof desc, "%s (%s, %s), capacity %s%s", nm, pn,
+                 ocl__type_name(type), cap, dev->fp64 ? "" : ", no fp64");
     memset(props, 0, sizeof *props);
-    size_t dlen = strlen(desc);
-    if (dlen >= sizeof props->description)
-        dlen = sizeof props->description - 1;
-    memcpy(props->description, desc, dlen);
+    ocl__cut_words(desc, sizeof props->description - 1);
+    memcpy(props->description, desc, strlen(desc) + 1);
     props->total = dev->capacity;
     props->max_alloc = maxalloc != 0 && maxalloc < dev->capacity
                            ? maxalloc - maxalloc % SW_ALLOC_GRANULARITY
@@ -1110,6 +1125,7 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
     /* The contract's mem is a cl_mem, not an address: there is no host
      * address to give out through it (see docs/opencl.md). */
     props->host_addressable = 0;
+    props->opaque_base = 1; /* cl_mem handles, not addresses */
     /* The kernels of opencl.cl: every dtype, float64 and complex128 only
      * with cl_khr_fp64 (the core refuses them otherwise, saying why). */
     props->dtypes = SW__ALL_DTYPES;

@@ -298,13 +298,7 @@ static int check_kernel_dtype(sw_kernel k, sw_dtype d)
 }
 
 /* Everything about a launch that does not depend on the device: the
- * kernel, the dtype, the element count, and the alignment of typed
- * operands (a GPU faults on a misaligned typed access, on CUDA for the
- * life of the context, so no backend is ever asked).  FILL and COPY work
- * on bytes and SUM stores its 8-byte result byte-wise, so those operands
- * may sit anywhere.  base + offset is an address on every backend but
- * OpenCL, whose cl_mem handles are host pointers aligned to at least 8
- * bytes, so the sum stands for the offset's alignment there. */
+ * kernel, the dtype, the element count. */
 static int check_kernel(const sw_kernel_args *a)
 {
     if (a == NULL)
@@ -324,6 +318,18 @@ static int check_kernel(const sw_kernel_args *a)
         return sw__errorf(SW_ERR_INVALID_ARG, "kernel %s %s with n=%zu "
                           "elements: the byte count overflows", kname, dname,
                           a->n);
+    return SW_OK;
+}
+
+/* The alignment of typed operands: a GPU faults on a misaligned typed
+ * access (on CUDA for the life of the context), so no backend is ever
+ * asked.  FILL and COPY work on bytes and SUM stores its result
+ * byte-wise, so those operands may sit anywhere.  base + offset is an
+ * address on every backend but those whose bases are handles (OpenCL's
+ * cl_mem), where the offset alone decides. */
+static int check_alignment(const sw_device *dev, const sw_kernel_args *a)
+{
+    size_t es = sw_dtype_size(a->dtype);
     const sw_devmem *typed[3] = {NULL, NULL, NULL};
     static const char *const names[3] = {"out", "a", "b"};
     switch (a->kernel) {
@@ -341,11 +347,18 @@ static int check_kernel(const sw_kernel_args *a)
         break;
     }
     for (int i = 0; i < 3 && a->n > 0; i++) {
-        if (typed[i] != NULL && (typed[i]->base + typed[i]->offset) % es != 0)
+        if (typed[i] == NULL)
+            continue;
+        uintptr_t at = dev->props.opaque_base
+                           ? typed[i]->offset
+                           : typed[i]->base + typed[i]->offset;
+        if (at % es != 0)
             return sw__errorf(SW_ERR_INVALID_ARG,
                               "kernel %s %s: operand %s (offset %zu) is not "
                               "aligned to its %zu-byte elements",
-                              kname, dname, names[i], typed[i]->offset, es);
+                              sw_kernel_name(a->kernel),
+                              sw_dtype_name(a->dtype), names[i],
+                              typed[i]->offset, es);
     }
     return SW_OK;
 }
@@ -361,6 +374,9 @@ static int launch_kernel(sw_device *dev, sw__queue *q,
 {
     if (!sw__dtype_ok(dev, args->dtype))
         return sw__dtype_unsupported(dev, args->dtype);
+    int rc = check_alignment(dev, args);
+    if (rc != SW_OK)
+        return rc;
     sw__bqueue *bq = q ? q->bq : dev->q;
     if (args->n > 0)
         return sw__b_launch(dev, bq, args);
@@ -435,7 +451,8 @@ static int check_operands_locked(sw_device *dev, sw_kernel k,
                               "fewer than %zu elements of %zu bytes",
                               names[i], bufs[i]->size, n, es);
         if ((typed >> i & 1u) && n > 0 &&
-            (bufs[i]->base->mem + bufs[i]->offset) % es != 0)
+            ((dev->props.opaque_base ? 0 : bufs[i]->base->mem) +
+             bufs[i]->offset) % es != 0)
             return sw__errorf(SW_ERR_INVALID_ARG, "%s (offset %zu) is not "
                               "aligned to its %zu-byte %s elements",
                               names[i], bufs[i]->offset, es,
