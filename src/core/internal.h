@@ -344,6 +344,7 @@ struct sw_device {
     sw__callback callbacks[SW_MAX_PRESSURE_CALLBACKS];
     sw__queue *queues; /* live and dying queues */
     size_t live_queues;
+    size_t dying_queues; /* released, destroyed once idle */
     uint64_t qids; /* ids in use (bit k) */
     sw__buf *live; /* live base buffers */
     size_t live_count;
