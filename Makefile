@@ -81,6 +81,13 @@ ALL_SUITES += c-cuda-fake 'SPILLWAY_CUDA_LIBRARY=build/tests/c/libcuda_fake.so S
 ALL_SUITES += c-cuda-fake-asan 'SPILLWAY_CUDA_LIBRARY=build-asan/tests/c/libcuda_fake.so SW_TEST_DEVICE=cuda:0 $(ASAN_ENV) build-asan/$(TEST_BIN)'
 ALL_SUITES += c-cuda    'scripts/if-device.sh cuda:0 build/$(TEST_BIN)'
 ALL_SUITES += python-cuda '$(call PY_BUILT,build) scripts/if-device.sh cuda:0 $(call PY_SUITE,SPILLWAY_BUILD_DIR=build SPILLWAY_DEVICE=cuda:0)'
+# The host backend (host:0, the process's own memory, accounting only:
+# docs/host.md): the whole C suite, plain and under ASan+UBSan, and the
+# Python suite, on the host's real memory.  Tests that need spilling skip
+# themselves there (host:0 never spills).
+ALL_SUITES += c-host    'SW_TEST_DEVICE=host:0 build/$(TEST_BIN)'
+ALL_SUITES += c-host-asan 'SW_TEST_DEVICE=host:0 $(ASAN_ENV) build-asan/$(TEST_BIN)'
+ALL_SUITES += python-host '$(call PY_BUILT,build) $(call PY_SUITE,SPILLWAY_BUILD_DIR=build SPILLWAY_DEVICE=host:0)'
 SUITES ?=
 
 # ---------------------------------------------------------------------------

@@ -200,7 +200,16 @@
     X(cuda_gpu_pool_returns_memory)                                           \
     X(cuda_gpu_fallback_allocator)                                            \
     X(cuda_gpu_unusual_paths)                                                 \
-    X(cuda_gpu_fork_child)
+    X(cuda_gpu_fork_child)                                                    \
+    /* test-host.c */                                                         \
+    X(host_device_listed)                                                     \
+    X(host_memory_figures)                                                    \
+    X(host_memory_env)                                                        \
+    X(host_memory_env_malformed)                                              \
+    X(host_budget_is_oom_not_spill)                                           \
+    X(host_capacity_is_oom_not_spill)                                         \
+    X(host_kernels_on_the_cpu)                                                \
+    X(thread_host_queues_and_events)
 
 #define SW__DECLARE_TEST(name) void test_##name(void);
 SW_TEST_LIST(SW__DECLARE_TEST)
