@@ -7,6 +7,13 @@
 # opencl-c-headers) and PoCL (pocl-opencl-icd), the CPU OpenCL runtime the
 # OpenCL backend is tested on.  clinfo is optional (handy for looking).
 #
+# Wanted, not needed (no backend needs them to build or run; see
+# debian_optional below): ROCm's HIP headers (libamdhip64-dev, which brings
+# Debian's ROCm 5.2 runtime and hipRTC), against which the build checks the
+# HIP backend's own declarations.  They are installed in a separate apt call
+# whose failure is only a warning: without them that check is skipped,
+# saying so.
+#
 # On Debian (/etc/debian_version) the missing packages are found with
 # dpkg-query, then `apt-get update` runs once and `apt-get install -y
 # --no-install-recommends` installs them -- as root, or through sudo.  When
@@ -75,6 +82,7 @@ debian_bootstrap() {
         deb_installed "$p" || missing+=("$p")
     done
     if ((${#missing[@]} == 0)); then
+        debian_optional
         check_after_install
         return
     fi
@@ -105,7 +113,48 @@ debian_bootstrap() {
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
         apt-get install -y -q --no-install-recommends "${missing[@]}"
+    APT_UPDATED=1
+    debian_optional
     check_after_install
+}
+
+# The wanted-not-needed packages (see the top): installed when apt can, a
+# warning when it cannot (another Debian release, no root, no network).
+# libamdhip64-dev is Debian bookworm's name (ROCm 5.2.3).
+APT_UPDATED=0
+debian_optional() {
+    local -a opt=(libamdhip64-dev)
+    local -a missing=()
+    local p
+    for p in "${opt[@]}"; do
+        deb_installed "$p" || missing+=("$p")
+    done
+    ((${#missing[@]} == 0)) && return 0
+    local -a sudo=()
+    if ((EUID != 0)); then
+        if have sudo && sudo -n true 2>/dev/null; then
+            sudo=(sudo -n)
+        else
+            warn "optional packages missing (not root, no usable sudo): ${missing[*]};" \
+                "the HIP header check is skipped"
+            return 0
+        fi
+    fi
+    if [[ -n "${SW_BOOTSTRAP_DRY_RUN:-}" ]]; then
+        say "dry run: would install the optional packages: ${missing[*]}"
+        return 0
+    fi
+    say "installing optional packages: ${missing[*]}"
+    if ((APT_UPDATED == 0)); then
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q || true
+        APT_UPDATED=1
+    fi
+    if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+        warn "could not install ${missing[*]} (not Debian bookworm's names" \
+            "here?): the HIP header check is skipped"
+    fi
+    return 0
 }
 
 # After (or without) installing: the probes must pass now.  A python3 that is

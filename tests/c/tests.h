@@ -201,6 +201,23 @@
     X(cuda_gpu_fallback_allocator)                                            \
     X(cuda_gpu_unusual_paths)                                                 \
     X(cuda_gpu_fork_child)                                                    \
+    /* test-hip.c */                                                          \
+    X(hip_kernel_names)                                                       \
+    X(hip_library_missing)                                                    \
+    X(hip_library_wrong)                                                      \
+    X(hip_no_gpu)                                                             \
+    X(hip_error_mapping)                                                      \
+    X(hip_signatures)                                                         \
+    X(hip_hiprtc_code_object)                                                 \
+    X(hip_hiprtc_errors)                                                      \
+    X(hip_hiprtc_missing)                                                     \
+    X(hip_fake_runtime)                                                       \
+    X(hip_fake_runtime_no_pools)                                              \
+    X(hip_fake_runtime_pool_off)                                              \
+    X(hip_fake_runtime_oom)                                                   \
+    X(hip_fake_unusual_paths)                                                 \
+    X(hip_standin_checks)                                                     \
+    X(hip_gpu_device)                                                         \
     /* test-host.c */                                                         \
     X(host_device_listed)                                                     \
     X(host_memory_figures)                                                    \
