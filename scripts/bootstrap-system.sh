@@ -9,10 +9,13 @@
 #
 # Wanted, not needed (no backend needs them to build or run; see
 # debian_optional below): ROCm's HIP headers (libamdhip64-dev, which brings
-# Debian's ROCm 5.2 runtime and hipRTC), against which the build checks the
-# HIP backend's own declarations.  They are installed in a separate apt call
-# whose failure is only a warning: without them that check is skipped,
-# saying so.
+# Debian's ROCm 5.2 runtime and hipRTC) and Level Zero's (libze-dev, which
+# brings the loader), against which the build checks the HIP and Level Zero
+# backends' own declarations, and clang-14 with llvm-spirv-14, which compile
+# the built-in OpenCL kernels to SPIR-V for the Level Zero backend.  They are
+# installed in a separate apt call whose failure is only a warning: without
+# them those checks are skipped, saying so, and the ze backend has no
+# kernels (and the c-ze-fake suites do not run).
 #
 # On Debian (/etc/debian_version) the missing packages are found with
 # dpkg-query, then `apt-get update` runs once and `apt-get install -y
@@ -120,10 +123,12 @@ debian_bootstrap() {
 
 # The wanted-not-needed packages (see the top): installed when apt can, a
 # warning when it cannot (another Debian release, no root, no network).
-# libamdhip64-dev is Debian bookworm's name (ROCm 5.2.3).
+# libamdhip64-dev and libze-dev are Debian bookworm's names (ROCm 5.2.3,
+# Level Zero 1.8.12); clang-14 and llvm-spirv-14 are a matching pair (the
+# SPIR-V translator reads only its own LLVM's bitcode).
 APT_UPDATED=0
 debian_optional() {
-    local -a opt=(libamdhip64-dev)
+    local -a opt=(libamdhip64-dev libze-dev clang-14 llvm-spirv-14)
     local -a missing=()
     local p
     for p in "${opt[@]}"; do
@@ -136,7 +141,7 @@ debian_optional() {
             sudo=(sudo -n)
         else
             warn "optional packages missing (not root, no usable sudo): ${missing[*]};" \
-                "the HIP header check is skipped"
+                "the HIP/Level Zero header checks and the SPIR-V kernels are skipped"
             return 0
         fi
     fi
@@ -152,7 +157,8 @@ debian_optional() {
     if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
         apt-get install -y -q --no-install-recommends "${missing[@]}"; then
         warn "could not install ${missing[*]} (not Debian bookworm's names" \
-            "here?): the HIP header check is skipped"
+            "here?): the HIP/Level Zero header checks and the SPIR-V kernels" \
+            "are skipped"
     fi
     return 0
 }

@@ -19,6 +19,7 @@ static const sw__backend_ops *const backends[] = {
 #endif
     &sw__cuda_backend,
     &sw__hip_backend,
+    &sw__ze_backend,
     &sw__host_backend,
 };
 #define NBACKENDS (sizeof backends / sizeof backends[0])

@@ -218,6 +218,23 @@
     X(hip_fake_unusual_paths)                                                 \
     X(hip_standin_checks)                                                     \
     X(hip_gpu_device)                                                         \
+    /* test-ze.c */                                                           \
+    X(ze_spirv_modules)                                                       \
+    X(ze_library_missing)                                                     \
+    X(ze_library_wrong)                                                       \
+    X(ze_no_gpu)                                                              \
+    X(ze_no_driver)                                                           \
+    X(ze_error_mapping)                                                       \
+    X(ze_signatures)                                                          \
+    X(ze_fake_loader)                                                         \
+    X(ze_fake_no_fp64)                                                        \
+    X(ze_fake_no_sysman)                                                      \
+    X(ze_fake_legacy_sysman)                                                  \
+    X(ze_fake_no_kernels)                                                     \
+    X(ze_fake_oom)                                                            \
+    X(ze_fake_unusual_paths)                                                  \
+    X(ze_standin_checks)                                                      \
+    X(ze_gpu_device)                                                          \
     /* test-host.c */                                                         \
     X(host_device_listed)                                                     \
     X(host_memory_figures)                                                    \
