@@ -169,6 +169,9 @@ extern const sw__backend_ops sw__sim_backend;
 extern const sw__backend_ops sw__opencl_backend; /* opencl.c */
 #endif
 extern const sw__backend_ops sw__cuda_backend; /* cuda.c: always built */
+extern const sw__backend_ops sw__hip_backend;  /* hip.c: always built */
+extern const sw__backend_ops sw__ze_backend;   /* ze.c: always built */
+extern const sw__backend_ops sw__host_backend; /* host.c: always built */
 
 /* Host memory for the library's own use, core and backends alike: every
  * host allocation goes through these (never malloc directly), the one place

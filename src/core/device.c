@@ -18,6 +18,9 @@ static const sw__backend_ops *const backends[] = {
     &sw__opencl_backend,
 #endif
     &sw__cuda_backend,
+    &sw__hip_backend,
+    &sw__ze_backend,
+    &sw__host_backend,
 };
 #define NBACKENDS (sizeof backends / sizeof backends[0])
 #define MAX_DEVICES 64 /* per backend */
