@@ -667,6 +667,11 @@ swcu_result cuStreamSynchronize(swcu_stream stream)
     return stream_ok(stream, "cuStreamSynchronize");
 }
 
+swcu_result cuStreamQuery(swcu_stream stream)
+{
+    return stream_ok(stream, "cuStreamQuery");
+}
+
 swcu_result cuStreamWaitEvent(swcu_stream stream, swcu_event event,
                               unsigned int flags)
 {
@@ -683,7 +688,9 @@ swcu_result cuEventCreate(swcu_event *event, unsigned int flags)
     swcu_result r = need_ctx("cuEventCreate");
     if (r)
         return r;
-    if (flags != SWCU_CU_EVENT_DISABLE_TIMING)
+    if ((flags & SWCU_CU_EVENT_DISABLE_TIMING) == 0 ||
+        (flags & ~(unsigned)(SWCU_CU_EVENT_DISABLE_TIMING |
+                             SWCU_CU_EVENT_BLOCKING_SYNC)) != 0)
         return fail(SWCU_CUDA_ERROR_INVALID_VALUE, "%s: spillway's events "
                     "do not time", "cuEventCreate");
     struct CUevent_st *e = malloc(sizeof *e);
