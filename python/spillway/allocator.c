@@ -7,14 +7,18 @@
  * arrays share one device registry, one budget, one set of figures.
  *
  * What a block handed out is: a spillway buffer (tagged with the
- * framework's name) exposed under a lease (sw_buffer_expose) whose handle
- * is dropped at once, so that the lease alone keeps it.  A leased buffer
+ * framework's name) exposed under a lease (sw_buffer_expose), both kept
+ * until the framework frees the block.  A leased buffer
  * never spills and never moves -- the framework holds a raw pointer -- but
  * it is counted in in_use, bounded by the budget, and its allocation runs
  * the whole ladder: the pressure callbacks (the Python module's runs the
  * garbage collector, so reference cycles holding tensors are collected
  * before an OOM), spilling of spillway's own arrays, and the OOM report.
- * Releasing the lease at free returns the memory to spillway's cache.
+ * At free the lease is released and the handle freed, and the memory goes
+ * back to spillway's cache.  A free counts as a release of this thread
+ * (sw_py_thread.released, as an Array's deallocation does), so that the
+ * garbage-collecting pressure callback sees a collection that freed
+ * framework blocks as fruitful: a retry, and no back-off.
  *
  * Stream order (CUDA): spillway allocates and frees on its own default
  * stream; a framework uses the block on the stream it names (NULL: the
@@ -34,7 +38,7 @@
  * backend, so that the plug-ins' bookkeeping is tested without a GPU (no
  * stream joins are made there).
  */
-#include "spillway.h"
+#include "module.h" /* sw_py_thread: releases the collector sees */
 
 #include "backend/cuda_internal.h"
 
@@ -66,6 +70,7 @@ PLUGIN_API size_t spillway_plugin_live(uint64_t *bytes);
 
 typedef struct block {
     uintptr_t ptr; /* 0: empty; 1: deleted */
+    sw_buffer *buf;
     sw_lease *lease;
     size_t size;
 } block;
@@ -115,7 +120,8 @@ static int table_grow(void)
     return 0;
 }
 
-static int table_put(uintptr_t p, sw_lease *lease, size_t size)
+static int table_put(uintptr_t p, sw_buffer *buf, sw_lease *lease,
+                     size_t size)
 {
     pthread_mutex_lock(&table_mu);
     if ((table_used + 1) * 2 > table_cap && table_grow() != 0) {
@@ -127,7 +133,7 @@ static int table_put(uintptr_t p, sw_lease *lease, size_t size)
         j = (j + 1) & (table_cap - 1);
     if (table[j].ptr == 0)
         table_used++;
-    table[j] = (block){p, lease, size};
+    table[j] = (block){p, buf, lease, size};
     table_live++;
     table_bytes += size;
     pthread_mutex_unlock(&table_mu);
@@ -145,6 +151,7 @@ static int table_take(uintptr_t p, block *out)
             if (table[j].ptr == p) {
                 *out = table[j];
                 table[j].ptr = 1;
+                table[j].buf = NULL;
                 table[j].lease = NULL;
                 table_live--;
                 table_bytes -= out->size;
@@ -220,21 +227,20 @@ void *spillway_plugin_malloc(size_t size, int device, void *stream,
     sw_devmem m;
     sw_lease *lease = NULL;
     rc = sw_buffer_expose(b, &m, &lease);
-    (void)sw_buffer_free(b); /* the lease keeps the memory from here on */
     if (rc != SW_OK) {
         set_error(rc, sw_last_error());
+        (void)sw_buffer_free(b);
         return NULL;
     }
     uintptr_t p = m.base + m.offset;
-    if (is_cuda() && (rc = sw__cuda_stream_join(device, stream, 1)) != SW_OK) {
+    if (is_cuda() && (rc = sw__cuda_stream_join(device, stream, 1)) != SW_OK)
         set_error(rc, sw_last_error());
+    else if (table_put(p, b, lease, size) != 0)
+        rc = set_error(SW_ERR_HOST_OOM, "spillway allocator: no host memory "
+                       "for the table of blocks");
+    if (rc != SW_OK) {
         (void)sw_lease_release(lease);
-        return NULL;
-    }
-    if (table_put(p, lease, size) != 0) {
-        set_error(SW_ERR_HOST_OOM, "spillway allocator: no host memory for "
-                  "the table of blocks");
-        (void)sw_lease_release(lease);
+        (void)sw_buffer_free(b);
         return NULL;
     }
     return (void *)p;
@@ -263,6 +269,11 @@ int spillway_plugin_free(void *ptr, int device, void *stream)
             (void)sw_device_synchronize(dev);
     }
     rc = sw_lease_release(blk.lease);
+    int rc2 = sw_buffer_free(blk.buf);
+    if (rc == SW_OK)
+        rc = rc2;
+    if (rc2 == SW_OK)
+        sw_py_thread.released++;
     if (rc != SW_OK)
         set_error(rc, sw_last_error());
     return rc;
