@@ -633,7 +633,7 @@ struct fake_op {
     /* kernels: the function's kind, grid, and the arguments' values */
     int kkind;
     unsigned grid;
-    unsigned char slots[FAKE_MAX_PARAMS][16];
+    _Alignas(16) unsigned char slots[FAKE_MAX_PARAMS][16];
     /* records and waits */
     struct CUevent_st *ev;
     unsigned long long gen;
