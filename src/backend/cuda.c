@@ -11,7 +11,10 @@
  *     counts, recycled events, the fallback allocator's deferred frees.
  *   - Operations (the ops table's functions): devices; memory; queues;
  *     transfers and fills; kernels (loading the module, launching);
- *     events and waiting.
+ *     events and waiting; version 3 (the copy queue, idleness, pinned
+ *     host memory).
+ *   - Foreign streams: a framework's stream ordered against ours, for the
+ *     allocator plug-ins (python/spillway/allocator.c).
  *   - The ops table.
  *
  * Nothing CUDA is needed to build this file: cuda_api.h declares the few
