@@ -504,7 +504,7 @@ if ((GPU)) && ((HAVE_PYMOD)); then
         if "$p" -c 'import pytest, numpy' >/dev/null 2>&1; then pysuite=$p; break; fi
     done
     if [[ -n $pysuite ]] && [[ -d tests/python ]]; then
-        run_step python 60 env SPILLWAY_BUILD_DIR="$BUILD" SPILLWAY_DEVICE="$SPEC" \
+        run_step python 90 env SPILLWAY_BUILD_DIR="$BUILD" SPILLWAY_DEVICE="$SPEC" \
             "$pysuite" -m pytest -q -p no:cacheprovider tests/python
         record python "$STATUS" "$SECS" "$(grep -E '[0-9]+ (passed|failed)' "$LOGS/python.log" | tail -1 || true)"
     else

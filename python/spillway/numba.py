@@ -57,7 +57,7 @@ def _build():
         """Numba's device allocations from spillway."""
 
         def initialize(self):
-            super().initialize()
+            # (The base class's is abstract: nothing of its own to set up.)
             index = self.context.device.id
             _plugin.device(index)
             if index in _budgets:
