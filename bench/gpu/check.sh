@@ -18,10 +18,24 @@
 #   spill      spill/restore bandwidth (and contents compared bit for bit),
 #              cached and backend allocation latency, a kernel's enqueue cost
 #              (bench/gpu/spill_bench.c; built by meson)
+#   wait-cpu   host CPU time while waiting ~1 s for queued work (blocking-
+#              sync events: ~0; a spinning wait: ~1)
+#   managed    one pipeline (16 x 64 MiB, 1 GiB live) under a 256 MiB
+#              budget, against CuPy on managed memory with the device filled
+#              to leave the same 256 MiB (bench/gpu/plugin_bench.py)
+#   plugins    tests/python/test_cuda_plugins.py on cuda:0 with the real
+#              torch, cupy and numba
+#   torch-cyc  the torch-spyre scenario: tensors held by reference cycles
+#   cupy-cyc   under a 2 GiB limit, with the framework's allocator (OOM
+#              expected) and with spillway's plug-in (completes)
+#   torch-lat  torch.empty through spillway's plug-in
 #   python     the Python suite against cuda:0, when the build made the module
 #              and this Python has pytest
 #   torch/cupy cached allocation latency of torch.empty and cupy.empty
 #              (bench/gpu/alloc_latency.py), when importable
+# The device step also says whether NVRTC was found and where (beside a
+# pip-installed PyTorch's nvidia/*/lib too, which it then uses through
+# SPILLWAY_NVRTC_LIBRARY when spillway's own search finds none).
 # A summary table is printed at the end whatever happened, also written to
 # build-gpu/check/summary.txt (and copied with the logs to $OUT when set).
 #
@@ -64,6 +78,10 @@ declare -A RES=()        # RESULT name=value from the benchmark steps
 GPU=0                    # cuda:0 present
 BUILT=0
 HAVE_PYMOD=0
+NVRTC_NOTE="not looked for"
+# A dry run (sim:0) shrinks the Python benchmarks' sizes.
+if [[ $SPEC != cuda:* ]]; then export SPILLWAY_CHECK_SCALE=${SPILLWAY_CHECK_SCALE:-64}; fi
+export SPILLWAY_CHECK_DEVICE=$SPEC
 
 # ---------------------------------------------------------------------------
 # Steps
@@ -164,6 +182,20 @@ summary() {
             "$([[ -n $ce ]] && echo "$(ratio "$ce" "$sc")x spillway; empty Python call ${pc:-?} ns")"
         printf '%-44s %12s  %s\n' "sw_op_add 2^20 float32, enqueue (us)" "${RES[sw_op_add_enqueue_us]:--}" \
             "with execution: ${RES[sw_op_add_total_us]:--} us, result ${RES[sw_op_add_result]:--}"
+        local tse=${RES[torch_spillway_empty_ns]:-}
+        printf '%-44s %12s  %s\n' "torch.empty 1 MiB, spillway plug-in (ns)" "${tse:--}" \
+            "$(ratio "$tse" "$te")x PyTorch's caching allocator (goal <= 2)"
+        printf '%-44s %12s  %s\n' "host CPU while waiting for the device" "${RES[wait_cpu_fraction]:--}" \
+            "of ${RES[wait_wall_s]:-?} s waited (blocking sync: ~0)"
+        local ms=${RES[managed_s]:-} mw=${RES[managed_spillway_s]:-}
+        printf '%-44s %12s  %s\n' "pipeline, managed memory oversubscribed (s)" "${ms:--}" \
+            "spillway ${mw:--} s: managed/spillway ${RES[managed_over_spillway]:--} (goal >= 2), same result ${RES[managed_same_result]:--}"
+        printf '%-44s %12s  %s\n' "torch cycles, PyTorch's allocator" "${RES[torch_default_cycles]:--}" "2 GiB limit, 200 x 64 MiB in cycles"
+        printf '%-44s %12s  %s\n' "torch cycles, spillway's plug-in" "${RES[torch_spillway_cycles]:--}" "2 GiB budget"
+        printf '%-44s %12s  %s\n' "cupy cycles, CuPy's pool" "${RES[cupy_default_cycles]:--}" "2 GiB limit"
+        printf '%-44s %12s  %s\n' "cupy cycles, spillway's plug-in" "${RES[cupy_spillway_cycles]:--}" "2 GiB budget"
+        echo
+        echo "NVRTC: $NVRTC_NOTE"
     } | tee "$LOGS/summary.txt"
     if [[ -n ${OUT:-} && -d ${OUT:-} && -w ${OUT:-} ]]; then
         cp "$LOGS"/*.log "$LOGS/summary.txt" "$OUT"/ 2>/dev/null || true
@@ -282,7 +314,46 @@ SUITE=$BUILD/tests/c/test_spillway
 # 2. The device
 # ---------------------------------------------------------------------------
 
+# Where NVRTC is: spillway's own search (the cuda_nvrtc_ptx test skips
+# without it), and the copies a pip-installed PyTorch or CuPy brings
+# (site-packages/nvidia/*/lib), used when spillway's search finds none.
+nvrtc_probe() {
+    local own pipped
+    own=$("$SUITE" cuda_nvrtc_ptx 2>&1 | grep -E '^(ok|skip|FAIL) ' | head -1 || true)
+    pipped=$("$PY" - <<'PYEOF' 2>/dev/null || true
+import glob, os, site, sys
+dirs = set(site.getsitepackages() + [site.getusersitepackages()])
+for m in ("torch", "cupy", "nvidia"):
+    try:
+        mod = __import__(m)
+        dirs.add(os.path.dirname(os.path.dirname(mod.__file__)))
+    except Exception:
+        pass
+hits = []
+for d in sorted(dirs):
+    hits += glob.glob(os.path.join(d, "nvidia", "*", "lib", "libnvrtc.so*"))
+hits = [h for h in hits if "builtins" not in h and "alt" not in os.path.basename(h)]
+print(sorted(hits)[-1] if hits else "")
+PYEOF
+)
+    echo "spillway's search: ${own:-?}"
+    echo "pip-installed: ${pipped:-none}"
+    if [[ $own == skip* && -z ${SPILLWAY_NVRTC_LIBRARY:-} && -n $pipped ]]; then
+        echo "USE $pipped"
+    fi
+}
+
 if ((BUILT)); then
+    nvrtc_probe >"$LOGS/nvrtc.log" 2>&1 || true
+    if grep -q '^USE ' "$LOGS/nvrtc.log"; then
+        export SPILLWAY_NVRTC_LIBRARY=$(sed -n 's/^USE //p' "$LOGS/nvrtc.log")
+        NVRTC_NOTE="spillway's search found none; using the pip-installed $SPILLWAY_NVRTC_LIBRARY"
+    elif grep -q "^spillway's search: ok" "$LOGS/nvrtc.log"; then
+        NVRTC_NOTE="found by spillway's search${SPILLWAY_NVRTC_LIBRARY:+ (SPILLWAY_NVRTC_LIBRARY=$SPILLWAY_NVRTC_LIBRARY)}; pip-installed: $(sed -n 's/^pip-installed: //p' "$LOGS/nvrtc.log")"
+    else
+        NVRTC_NOTE="not found (kernel tests skip; fills still work): $(head -2 "$LOGS/nvrtc.log" | tr '\n' ' ')"
+    fi
+    note "NVRTC: $NVRTC_NOTE"
     run_step device 30 bash -c "'$TOOL' info; echo; '$TOOL' devices; echo; \
         '$SUITE' cuda_gpu_device cuda_stub_driver cuda_nvrtc_ptx"
     devices=$("$TOOL" devices 2>/dev/null || true)
@@ -315,7 +386,7 @@ suite_detail() { # the runner's total line, or counts so far (timeout)
 }
 
 if ((GPU)); then
-    run_step c-suite 220 env SW_TEST_DEVICE="$SPEC" SW_TEST_QUICK=1 \
+    run_step c-suite 150 env SW_TEST_DEVICE="$SPEC" SW_TEST_QUICK=1 \
         SW_TEST_TIMEOUT=60 "$SUITE"
     record c-suite "$STATUS" "$SECS" "$(suite_detail "$LOGS/c-suite.log")"
 else
@@ -359,6 +430,68 @@ if ((GPU)); then
 else
     record copy-rates SKIP 0 "no $SPEC"
     record spill SKIP 0 "no $SPEC"
+fi
+
+# ---------------------------------------------------------------------------
+# 5b. Waiting, managed memory, and the frameworks on spillway
+# ---------------------------------------------------------------------------
+
+# A Python with the module's dependencies (numpy) and, for the plug-in
+# tests, pytest; the frameworks are whatever that Python has.
+PYB=""
+for p in "$ROOT/.venv/bin/python" "$PY"; do
+    if "$p" -c 'import numpy' >/dev/null 2>&1; then PYB=$p; break; fi
+done
+for p in "$PY" "$ROOT/.venv/bin/python"; do # torch lives in the system one
+    if "$p" -c 'import numpy, torch' >/dev/null 2>&1; then PYB=$p; break; fi
+done
+PYENV=(env PYTHONPATH="$ROOT/$BUILD/python" SPILLWAY_BUILD_DIR="$BUILD")
+
+if ((GPU)) && ((HAVE_PYMOD)) && [[ -n $PYB ]]; then
+    run_step wait-cpu 40 "${PYENV[@]}" "$PYB" bench/gpu/plugin_bench.py wait-cpu
+    collect "$LOGS/wait-cpu.log"
+    record wait-cpu "$STATUS" "$SECS" "CPU fraction ${RES[wait_cpu_fraction]:--} of ${RES[wait_wall_s]:-?} s"
+
+    run_step managed 90 "${PYENV[@]}" "$PYB" bench/gpu/plugin_bench.py managed
+    collect "$LOGS/managed.log"
+    n=$(grep -m1 '^NOTE ' "$LOGS/managed.log" | sed 's/^NOTE //' || true)
+    record managed "$([[ -n $n ]] && echo SKIP || echo "$STATUS")" "$SECS" \
+        "${n:-managed/spillway ${RES[managed_over_spillway]:--}}"
+
+    if "$PYB" -c 'import pytest' >/dev/null 2>&1; then
+        run_step plugins 90 env SPILLWAY_BUILD_DIR="$BUILD" SPILLWAY_DEVICE="$SPEC" \
+            "$PYB" -m pytest -q -p no:cacheprovider -rs tests/python/test_cuda_plugins.py
+        record plugins "$STATUS" "$SECS" "$(grep -E '[0-9]+ (passed|failed)' "$LOGS/plugins.log" | tail -1 || true)"
+    else
+        record plugins SKIP 0 "no pytest in $PYB"
+    fi
+
+    for fw in torch cupy; do
+        for mode in default spillway; do
+            run_step "$fw-cyc-$mode" 45 "${PYENV[@]}" "$PYB" bench/gpu/plugin_bench.py cycles "$fw" "$mode"
+            collect "$LOGS/$fw-cyc-$mode.log"
+        done
+        n=$(grep -h -m1 '^NOTE ' "$LOGS/$fw-cyc-default.log" | sed 's/^NOTE //' || true)
+        if [[ -n $n ]]; then
+            record "$fw-cyc" SKIP "$SECS" "$n"
+        else
+            d=${RES[${fw}_default_cycles]:-?}
+            w=${RES[${fw}_spillway_cycles]:-?}
+            st=PASS
+            [[ $d == OOM_at_* && $w == completed ]] || st="FAIL(cycles)"
+            record "$fw-cyc" "$st" "$SECS" "own allocator: $d; spillway: $w"
+        fi
+    done
+
+    run_step torch-lat 40 "${PYENV[@]}" "$PYB" bench/gpu/plugin_bench.py latency torch-spillway
+    collect "$LOGS/torch-lat.log"
+    n=$(grep -m1 '^NOTE ' "$LOGS/torch-lat.log" | sed 's/^NOTE //' || true)
+    record torch-lat "$([[ -n $n ]] && echo SKIP || echo "$STATUS")" "$SECS" \
+        "${n:-${RES[torch_spillway_empty_ns]:-?} ns per torch.empty}"
+else
+    for s in wait-cpu managed plugins torch-cyc cupy-cyc torch-lat; do
+        record "$s" SKIP 0 "no $SPEC, no Python module, or no numpy"
+    done
 fi
 
 # ---------------------------------------------------------------------------

@@ -11,7 +11,10 @@
  *     counts, recycled events, the fallback allocator's deferred frees.
  *   - Operations (the ops table's functions): devices; memory; queues;
  *     transfers and fills; kernels (loading the module, launching);
- *     events and waiting.
+ *     events and waiting; version 3 (the copy queue, idleness, pinned
+ *     host memory).
+ *   - Foreign streams: a framework's stream ordered against ours, for the
+ *     allocator plug-ins (python/spillway/allocator.c).
  *   - The ops table.
  *
  * Nothing CUDA is needed to build this file: cuda_api.h declares the few
@@ -47,10 +50,20 @@
  *    other queue wait for the default queue's earlier work before it first
  *    uses a buffer (queue.c), which is what makes such memory safe to use
  *    there.
- *  - Transfers use pageable host memory: cuMemcpyDtoHAsync to pageable
- *    memory returns once the copy is done (ordered after the stream's
- *    earlier work), cuMemcpyHtoDAsync once the source has been staged.
- *    Pinned staging buffers would make both asynchronous; docs/cuda.md.
+ *  - Each device has a second stream, the copy queue (backend.h:
+ *    copy_queue), for the spills' and restores' copies, so that they run
+ *    beside kernels; the core orders it against the default queue with
+ *    events.  The host staging pool those copies use is page-locked
+ *    (cuMemHostAlloc; SPILLWAY_CUDA_PINNED=0 turns it off), so they run at
+ *    full rate and asynchronously.
+ *  - What the code relies on for host memory: a copy into host memory
+ *    (pinned or pageable) is complete only once an event recorded after it
+ *    has completed -- the core waits for one before it reads the memory.
+ *    NVIDIA documents cuMemcpyDtoHAsync into pageable memory as *possibly*
+ *    synchronous, never as guaranteed to be, and into pinned memory as
+ *    asynchronous.  The one thing relied on at return is the source side
+ *    of cuMemcpyHtoDAsync from pageable memory: the driver has staged it
+ *    (the fills without NVRTC copy a pattern from the stack that way).
  *  - The built-in kernels are CUDA C (src/backend/kernels/cuda.cu, embedded
  *    at build time), compiled at first use by NVRTC (libnvrtc dlopen'ed
  *    too) for the device's architecture, once per architecture per
@@ -63,7 +76,25 @@
  *    threads, each thread striding, a tree in each block, then one block
  *    over the partials), so a sum is the same bits every time for the
  *    same input.
- *  - Events are CUDA events without timing, recycled per device.
+ *  - Events are recycled per device.  An event the core records is two
+ *    CUDA events recorded together: one without timing for queries and
+ *    device-side waits (cuStreamWaitEvent), one with CU_EVENT_BLOCKING_SYNC
+ *    for host waits, so that a host wait sleeps instead of spinning a core
+ *    (the primary context's default scheduling spins in cuEventSynchronize
+ *    and cuStreamSynchronize).  Blocking-sync events slow cuStreamWaitEvent
+ *    down, hence the pair.  Every host wait, synchronize and queue destroy
+ *    included, is record-then-wait on a blocking-sync event; nothing calls
+ *    cuStreamSynchronize.
+ *  - Without NVRTC (a driver-only machine) the built-in kernels are
+ *    unavailable (launches say why, SW_ERR_UNSUPPORTED), but fills still
+ *    work: the driver's memsets where the pattern allows, else the pattern
+ *    copied in once and doubled with device-to-device copies.
+ *  - Out of device memory outside an allocation (loading the kernels'
+ *    module, a queue's partial sums, an overlapping copy's scratch): the
+ *    pool's unused memory (or the fallback's completed frees) is given
+ *    back to the device and the call retried once before SW_ERR_OOM.
+ *  - A sticky context error (700-719: a kernel fault of earlier work)
+ *    ends the context: every later call reports it by name.
  *
  * Threads and locks.  The core holds its device mutex around everything
  * except the event operations and synchronize.  Our own state those touch:
@@ -74,7 +105,8 @@
  *
  * fork(): the CUDA driver cannot be used in a child forked after it was
  * initialized.  A child of a process that initialized it reports no CUDA
- * devices, and says so.
+ * devices, and says so; every operation on a device opened before the fork
+ * (cuda__enter) fails with the same message.
  */
 #include "backend.h"
 #include "cuda_api.h"
@@ -114,6 +146,14 @@ typedef struct cuda__loader {
 
 static cuda__loader cuda__g;
 static pthread_once_t cuda__once = PTHREAD_ONCE_INIT;
+/* Set in a child forked after the loader ran (pthread_atfork): cheaper than
+ * a getpid() on every entry. */
+static volatile int cuda__forked;
+static const char cuda__fork_msg[] =
+    "CUDA was initialized in the parent before fork(): a forked child "
+    "cannot use it";
+
+static void cuda__atfork_child(void) { cuda__forked = 1; }
 
 #define CU(fn) (cuda__g.api.fn)
 
@@ -202,6 +242,7 @@ static void cuda__load(void)
 {
     cuda__loader *g = &cuda__g;
     g->pid = getpid();
+    (void)pthread_atfork(NULL, NULL, cuda__atfork_child);
     const char *env = getenv("SPILLWAY_CUDA_LIBRARY");
     const char *path = env != NULL && env[0] != '\0' ? env : "libcuda.so.1";
 
@@ -275,10 +316,9 @@ static void cuda__load(void)
 static int cuda__devices(char *why, size_t why_len)
 {
     pthread_once(&cuda__once, cuda__load);
-    if (cuda__g.count > 0 && getpid() != cuda__g.pid) {
+    if (cuda__g.count > 0 && (cuda__forked || getpid() != cuda__g.pid)) {
         if (why_len > 0)
-            snprintf(why, why_len, "CUDA was initialized in the parent "
-                     "before fork(): a forked child cannot use it");
+            snprintf(why, why_len, "%s", cuda__fork_msg);
         return 0;
     }
     if (why_len > 0)
@@ -514,13 +554,18 @@ typedef struct cuda__pending {
 
 struct sw__bevent {
     sw__bdev *dev;
-    swcu_event ev;
-    sw__bevent *next; /* in dev->ev_free */
+    swcu_event ev;  /* without timing: queries, cuStreamWaitEvent */
+    swcu_event hev; /* CU_EVENT_BLOCKING_SYNC: host waits; NULL in an
+                     * event for device-side joins only */
+    sw__bevent *next; /* in dev->ev_free or dev->jev_free */
 };
 
 struct sw__bqueue {
     sw__bdev *dev;
     swcu_stream stream;
+    /* Blocking-sync, recorded and waited by synchronize (made with the
+     * queue: synchronize must not allocate). */
+    swcu_event sync_ev;
     /* CUDA__SUM_BLOCKS partial sums, allocated at the queue's first sum
      * (only this queue's work uses them, in its stream order). */
     swcu_deviceptr partials;
@@ -535,6 +580,8 @@ struct sw__bdev {
     int cc_major, cc_minor, sms;
     swcu_mempool pool; /* NULL: the cuMemAlloc fallback */
     sw__bqueue dq;     /* the default queue */
+    sw__bqueue cq;     /* the copy queue (stream NULL: none) */
+    int pinned;        /* host_alloc gives page-locked memory */
 
     /* Kernels (under the core's device lock). */
     swcu_module module;
@@ -548,8 +595,9 @@ struct sw__bdev {
     cuda__pending *pending, *spare;
     size_t nspare, nlive;
 
-    pthread_mutex_t ev_mu; /* leaf: the event free list */
-    sw__bevent *ev_free;
+    pthread_mutex_t ev_mu; /* leaf: the event free lists */
+    sw__bevent *ev_free;   /* host events (a pair) */
+    sw__bevent *jev_free;  /* join events (one, without timing) */
 };
 
 /* Open devices, for sw__cuda_pool_usage. */
@@ -565,6 +613,9 @@ typedef struct cuda__scope {
 static int cuda__enter(sw__bdev *d, cuda__scope *s)
 {
     s->pushed = 0;
+    if (cuda__forked)
+        return sw__errorf(SW_ERR_DEVICE, "cuda:%d: %s", d->index,
+                          cuda__fork_msg);
     swcu_context cur = NULL;
     if (CU(cuCtxGetCurrent)(&cur) == SWCU_CUDA_SUCCESS && cur == d->ctx)
         return SW_OK;
@@ -595,11 +646,17 @@ static void cuda__unref(sw__bdev *d)
         return;
     cuda__scope s;
     int entered = cuda__enter(d, &s) == SW_OK;
-    for (sw__bevent *e = d->ev_free, *next; e; e = next) {
-        next = e->next;
-        if (entered)
-            (void)CU(cuEventDestroy_v2)(e->ev);
-        sw__free(e);
+    sw__bevent *lists[2] = {d->ev_free, d->jev_free};
+    for (int i = 0; i < 2; i++) {
+        for (sw__bevent *e = lists[i], *next; e; e = next) {
+            next = e->next;
+            if (entered) {
+                (void)CU(cuEventDestroy_v2)(e->ev);
+                if (e->hev != NULL)
+                    (void)CU(cuEventDestroy_v2)(e->hev);
+            }
+            sw__free(e);
+        }
     }
     if (entered)
         cuda__leave(&s);
@@ -608,20 +665,29 @@ static void cuda__unref(sw__bdev *d)
     sw__free(d);
 }
 
-/* An event recorded nowhere yet; the context is current. */
-static int cuda__event_new(sw__bdev *d, sw__bevent **out)
+/* An event recorded nowhere yet: a host event (the pair: host != 0) or a
+ * join event (device-side waits only).  The context is current. */
+static int cuda__event_new(sw__bdev *d, int host, sw__bevent **out)
 {
+    sw__bevent **list = host ? &d->ev_free : &d->jev_free;
     pthread_mutex_lock(&d->ev_mu);
-    sw__bevent *e = d->ev_free;
+    sw__bevent *e = *list;
     if (e != NULL)
-        d->ev_free = e->next;
+        *list = e->next;
     pthread_mutex_unlock(&d->ev_mu);
     if (e == NULL) {
         e = sw__malloc(sizeof *e);
         if (e == NULL)
             return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: no host memory for "
                               "an event", d->index);
+        e->hev = NULL;
         swcu_result r = CU(cuEventCreate)(&e->ev, SWCU_CU_EVENT_DISABLE_TIMING);
+        if (r == SWCU_CUDA_SUCCESS && host) {
+            r = CU(cuEventCreate)(&e->hev, SWCU_CU_EVENT_DISABLE_TIMING |
+                                               SWCU_CU_EVENT_BLOCKING_SYNC);
+            if (r != SWCU_CUDA_SUCCESS)
+                (void)CU(cuEventDestroy_v2)(e->ev);
+        }
         if (r != SWCU_CUDA_SUCCESS) {
             sw__free(e);
             return cuda__fail(d->index, r, "cuEventCreate", NULL);
@@ -638,11 +704,54 @@ static int cuda__event_new(sw__bdev *d, sw__bevent **out)
 static void cuda__event_put(sw__bevent *e)
 {
     sw__bdev *d = e->dev;
+    sw__bevent **list = e->hev != NULL ? &d->ev_free : &d->jev_free;
     pthread_mutex_lock(&d->ev_mu);
-    e->next = d->ev_free;
-    d->ev_free = e;
+    e->next = *list;
+    *list = e;
     pthread_mutex_unlock(&d->ev_mu);
     cuda__unref(d);
+}
+
+/* Record q's blocking-sync event and wait for it: all of q's work so far,
+ * the calling thread asleep meanwhile.  The context is current. */
+static swcu_result cuda__stream_wait_host(sw__bqueue *q)
+{
+    swcu_result r = CU(cuEventRecord)(q->sync_ev, q->stream);
+    if (r == SWCU_CUDA_SUCCESS)
+        r = CU(cuEventSynchronize)(q->sync_ev);
+    return r;
+}
+
+/* A stream and its blocking-sync event, for a queue; the context is
+ * current.  Undone by cuda__stream_destroy. */
+static swcu_result cuda__stream_create(sw__bqueue *q, const char **call)
+{
+    *call = "cuStreamCreate";
+    swcu_result r = CU(cuStreamCreate)(&q->stream,
+                                       SWCU_CU_STREAM_NON_BLOCKING);
+    if (r != SWCU_CUDA_SUCCESS) {
+        q->stream = NULL;
+        return r;
+    }
+    *call = "cuEventCreate";
+    r = CU(cuEventCreate)(&q->sync_ev, SWCU_CU_EVENT_DISABLE_TIMING |
+                                           SWCU_CU_EVENT_BLOCKING_SYNC);
+    if (r != SWCU_CUDA_SUCCESS) {
+        (void)CU(cuStreamDestroy_v2)(q->stream);
+        q->stream = NULL;
+        q->sync_ev = NULL;
+    }
+    return r;
+}
+
+static void cuda__stream_destroy(sw__bqueue *q)
+{
+    if (q->stream == NULL)
+        return;
+    (void)CU(cuEventDestroy_v2)(q->sync_ev);
+    (void)CU(cuStreamDestroy_v2)(q->stream);
+    q->stream = NULL;
+    q->sync_ev = NULL;
 }
 
 /* Fallback frees whose stream work is done go back to the driver.  The
@@ -712,6 +821,28 @@ static int cuda__reserve(sw__bdev *d)
     d->spare = p;
     d->nspare++;
     return SW_OK;
+}
+
+/* Is r a sticky context error (a kernel fault of earlier work, 700-719):
+ * the context is unusable from now on, whatever is tried. */
+static int cuda__sticky(swcu_result r)
+{
+    return r >= SWCU_CUDA_ERROR_ILLEGAL_ADDRESS &&
+           r <= SWCU_CUDA_ERROR_LAUNCH_FAILED;
+}
+
+/* Give the device what it can have back without waiting: the pool's
+ * unused memory, or the fallback's frees whose work is done.  For an
+ * out-of-memory outside an allocation (which the core's ladder does not
+ * see).  The device lock is held, the context current. */
+static void cuda__give_back(sw__bdev *d)
+{
+    if (d->pool != NULL) {
+        if (CU(cuMemPoolTrimTo) != NULL)
+            (void)CU(cuMemPoolTrimTo)(d->pool, 0);
+    } else {
+        cuda__reap(d);
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -840,15 +971,23 @@ static int cuda_open(int index, sw__bdev **out, sw__device_props *props)
         CU(cuDeviceGetName)(name, (int)sizeof name, d->cu) !=
             SWCU_CUDA_SUCCESS)
         snprintf(name, sizeof name, "NVIDIA GPU");
+    d->cq.dev = d;
+    const char *call = NULL;
     if (rc == SW_OK &&
-        (r = CU(cuStreamCreate)(&d->dq.stream, SWCU_CU_STREAM_NON_BLOCKING)) !=
-            SWCU_CUDA_SUCCESS)
-        rc = cuda__fail(index, r, "cuStreamCreate", NULL);
+        (r = cuda__stream_create(&d->dq, &call)) != SWCU_CUDA_SUCCESS)
+        rc = cuda__fail(index, r, call, "the default queue");
+    if (rc == SW_OK &&
+        (r = cuda__stream_create(&d->cq, &call)) != SWCU_CUDA_SUCCESS)
+        rc = cuda__fail(index, r, call, "the copy queue");
     if (rc != SW_OK) {
+        cuda__stream_destroy(&d->dq);
         cuda__leave(&s);
         cuda__unref(d);
         return rc;
     }
+    const char *pin = getenv("SPILLWAY_CUDA_PINNED");
+    d->pinned = (pin == NULL || strcmp(pin, "0") != 0) &&
+                CU(cuMemHostAlloc) != NULL && CU(cuMemFreeHost) != NULL;
     char nopool[96] = "";
     d->pool = cuda__pool_create(d, nopool, sizeof nopool);
     cuda__leave(&s);
@@ -860,11 +999,12 @@ static int cuda_open(int index, sw__bdev **out, sw__device_props *props)
     memset(props, 0, sizeof *props);
     int v = cuda__g.version;
     snprintf(props->description, sizeof props->description,
-             "%.60s, sm_%d%d, %d SMs, driver %d.%d, %s%s%.60s%s", name,
+             "%.60s, sm_%d%d, %d SMs, driver %d.%d, %s%s%.40s%s%s", name,
              d->cc_major, d->cc_minor, d->sms, v / 1000, (v % 1000) / 10,
              d->pool ? "stream-ordered memory pool" : "cuMemAlloc",
              d->pool ? "" : " (", d->pool ? "" : nopool,
-             d->pool ? "" : ")");
+             d->pool ? "" : ")",
+             d->pinned ? ", pinned staging" : ", pageable staging");
     props->total = total;
     props->max_alloc = 0;
     props->host_addressable = 0;
@@ -899,12 +1039,14 @@ static void cuda_close(sw__bdev *d)
     if (cuda__enter(d, &s) == SW_OK) {
         if (d->dq.partials_pooled)
             cuda__partials_free(&d->dq); /* stream-ordered: before the sync */
-        (void)CU(cuStreamSynchronize)(d->dq.stream);
+        (void)cuda__stream_wait_host(&d->cq);
+        (void)cuda__stream_wait_host(&d->dq);
         cuda__partials_free(&d->dq);
         /* Every queue is idle now (the others were destroyed first), so
          * the fallback's frees all complete. */
         cuda__reap_all(d, 1);
-        (void)CU(cuStreamDestroy_v2)(d->dq.stream);
+        cuda__stream_destroy(&d->cq);
+        cuda__stream_destroy(&d->dq);
         if (d->module != NULL)
             (void)CU(cuModuleUnload)(d->module);
         if (d->pool != NULL)
@@ -1075,10 +1217,10 @@ static int cuda_queue_create(sw__bdev *d, sw__bqueue **out)
     cuda__scope s;
     int rc = cuda__enter(d, &s);
     if (rc == SW_OK) {
-        swcu_result r = CU(cuStreamCreate)(&q->stream,
-                                           SWCU_CU_STREAM_NON_BLOCKING);
+        const char *call = NULL;
+        swcu_result r = cuda__stream_create(q, &call);
         if (r != SWCU_CUDA_SUCCESS)
-            rc = cuda__fail(d->index, r, "cuStreamCreate", NULL);
+            rc = cuda__fail(d->index, r, call, NULL);
         cuda__leave(&s);
     }
     if (rc != SW_OK) {
@@ -1095,16 +1237,16 @@ static int cuda_queue_create(sw__bdev *d, sw__bqueue **out)
  * it touches nothing but the queue and the device's reference count. */
 static void cuda_queue_destroy(sw__bqueue *q)
 {
-    if (q == NULL || q == &q->dev->dq)
+    if (q == NULL || q == &q->dev->dq || q == &q->dev->cq)
         return;
     sw__bdev *d = q->dev;
     cuda__scope s;
     if (cuda__enter(d, &s) == SW_OK) {
         if (q->partials_pooled)
             cuda__partials_free(q); /* stream-ordered: before the sync */
-        (void)CU(cuStreamSynchronize)(q->stream);
+        (void)cuda__stream_wait_host(q);
         cuda__partials_free(q);
-        (void)CU(cuStreamDestroy_v2)(q->stream);
+        cuda__stream_destroy(q);
         cuda__leave(&s);
     }
     sw__free(q);
@@ -1134,7 +1276,9 @@ static int cuda_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
     return SW_OK;
 }
 
-/* Into pageable memory the copy is complete when this returns. */
+/* Asynchronous into pinned memory, possibly synchronous into pageable
+ * memory (NVIDIA's wording): either way dst is read only after an event
+ * recorded after this has completed (the core waits for one). */
 static int cuda_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
                      size_t n)
 {
@@ -1242,60 +1386,118 @@ static int cuda__fill_bytes(sw__bqueue *q, swcu_deviceptr p, size_t n,
     return cuda__run(q, CUDA__K_FILL_BYTES, cuda__grid(q->dev, n), &a);
 }
 
+/* The driver's memsets, where the pattern and the alignment allow one:
+ * returns 1 with *rc set when it was one, 0 when a kernel or copies must
+ * do it.  The context is current. */
+static int cuda__fill_memset(sw__bqueue *q, swcu_deviceptr p, size_t n,
+                             const unsigned char *pat, size_t psize, int *rc)
+{
+    int uniform = 1;
+    for (size_t i = 1; i < psize; i++)
+        uniform &= pat[i] == pat[0];
+    uint16_t v16 = 0;
+    uint32_t w[4] = {0, 0, 0, 0};
+    if (psize == 2)
+        memcpy(&v16, pat, 2);
+    if (psize >= 4)
+        memcpy(w, pat, psize);
+    int words_equal = psize >= 4;
+    for (size_t i = 1; i < psize / 4; i++)
+        words_equal &= w[i] == w[0];
+    swcu_result r;
+    const char *call;
+    if (uniform) {
+        call = "cuMemsetD8Async";
+        r = CU(cuMemsetD8Async)(p, pat[0], n, q->stream);
+    } else if (psize == 2 && p % 2 == 0) {
+        call = "cuMemsetD16Async";
+        r = CU(cuMemsetD16Async)(p, v16, n / 2, q->stream);
+    } else if (words_equal && p % 4 == 0) {
+        call = "cuMemsetD32Async";
+        r = CU(cuMemsetD32Async)(p, w[0], n / 4, q->stream);
+    } else {
+        return 0;
+    }
+    *rc = SW_OK;
+    if (r != SWCU_CUDA_SUCCESS) {
+        char detail[48];
+        snprintf(detail, sizeof detail, "%zu bytes", n);
+        *rc = cuda__fail(q->dev->index, r, call, detail);
+    }
+    return 1;
+}
+
+/* Without kernels (no NVRTC): the pattern written once into the first
+ * chunk, then doubled by device-to-device copies (log2(n / 4096) of
+ * them).  The chunk is pageable stack memory: cuMemcpyHtoDAsync has staged
+ * it when it returns.  The context is current. */
+static int cuda__fill_copies(sw__bqueue *q, swcu_deviceptr p, size_t n,
+                             const unsigned char *pat, size_t psize)
+{
+    unsigned char chunk[4096] = {0}; /* a multiple of every pattern size */
+    size_t k = n < sizeof chunk ? n : sizeof chunk;
+    for (size_t i = 0; i < k; i++)
+        chunk[i] = pat[i % psize];
+    const char *call = "cuMemcpyHtoDAsync_v2";
+    swcu_result r = CU(cuMemcpyHtoDAsync_v2)(p, chunk, k, q->stream);
+    call = "cuMemcpyDtoDAsync_v2";
+    for (size_t done = k; r == SWCU_CUDA_SUCCESS && done < n;) {
+        size_t c = done < n - done ? done : n - done;
+        r = CU(cuMemcpyDtoDAsync_v2)(p + done, p, c, q->stream);
+        done += c;
+    }
+    if (r != SWCU_CUDA_SUCCESS) {
+        char detail[64];
+        snprintf(detail, sizeof detail, "a fill of %zu bytes", n);
+        return cuda__fail(q->dev->index, r, call, detail);
+    }
+    return SW_OK;
+}
+
+/* A fill no memset does: kernels when there are, else copies (a
+ * driver-only machine).  *kernel_rc: the kernels' state (SW_OK when
+ * usable).  The context is current. */
+static int cuda__fill_without_kernels(sw__bqueue *q, swcu_deviceptr p,
+                                      size_t n, const unsigned char *pat,
+                                      size_t psize, int *kernel_rc)
+{
+    *kernel_rc = cuda__kernels_ready(q->dev);
+    if (*kernel_rc == SW_ERR_UNSUPPORTED)
+        return cuda__fill_copies(q, p, n, pat, psize);
+    return *kernel_rc;
+}
+
 static int cuda_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
                      const void *pattern, size_t pattern_size)
 {
     sw__bdev *d = q->dev;
     const unsigned char *pat = pattern;
     swcu_deviceptr p = (swcu_deviceptr)(dst + dst_off);
-    int uniform = 1;
-    for (size_t i = 1; i < pattern_size; i++)
-        uniform &= pat[i] == pat[0];
-    uint16_t v16 = 0;
-    uint32_t v32 = 0, hi32 = 0;
-    if (pattern_size == 2)
-        memcpy(&v16, pat, 2);
-    if (pattern_size >= 4)
-        memcpy(&v32, pat, 4);
-    if (pattern_size == 8)
-        memcpy(&hi32, pat + 4, 4);
-
     cuda__scope s;
     int rc = cuda__enter(d, &s);
     if (rc != SW_OK)
         return rc;
     /* The driver's memsets where the alignment allows, kernels otherwise
-     * (an 8-byte pattern of two different halves has no memset). */
-    swcu_result r = SWCU_CUDA_SUCCESS;
-    const char *call = NULL;
-    if (uniform) {
-        call = "cuMemsetD8Async";
-        r = CU(cuMemsetD8Async)(p, pat[0], n, q->stream);
-    } else if (pattern_size == 2 && p % 2 == 0) {
-        call = "cuMemsetD16Async";
-        r = CU(cuMemsetD16Async)(p, v16, n / 2, q->stream);
-    } else if ((pattern_size == 4 || (pattern_size == 8 && v32 == hi32)) &&
-               p % 4 == 0) {
-        call = "cuMemsetD32Async";
-        r = CU(cuMemsetD32Async)(p, v32, n / 4, q->stream);
-    } else if (pattern_size == 8 && p % 8 == 0) {
-        unsigned long long bits = 0, count = n / 8;
-        memcpy(&bits, pat, 8);
-        cuda__args a = {.n = 0};
-        CUDA__ARG(a, p);
-        CUDA__ARG(a, bits);
-        CUDA__ARG(a, count);
-        rc = cuda__run(q, CUDA__K_FILL_U64, cuda__grid(d, n / 8),
-                       &a);
-    } else {
-        rc = cuda__fill_bytes(q, p, n, pat, pattern_size);
+     * (an 8-byte pattern of two different halves has no memset), copies
+     * where there are no kernels. */
+    int krc = SW_OK;
+    if (!cuda__fill_memset(q, p, n, pat, pattern_size, &rc)) {
+        rc = cuda__fill_without_kernels(q, p, n, pat, pattern_size, &krc);
+        if (krc == SW_OK) {
+            if (pattern_size == 8 && p % 8 == 0) {
+                unsigned long long bits = 0, count = n / 8;
+                memcpy(&bits, pat, 8);
+                cuda__args a = {.n = 0};
+                CUDA__ARG(a, p);
+                CUDA__ARG(a, bits);
+                CUDA__ARG(a, count);
+                rc = cuda__run(q, CUDA__K_FILL_U64, cuda__grid(d, n / 8), &a);
+            } else {
+                rc = cuda__fill_bytes(q, p, n, pat, pattern_size);
+            }
+        }
     }
     cuda__leave(&s);
-    if (call != NULL && r != SWCU_CUDA_SUCCESS) {
-        char detail[48];
-        snprintf(detail, sizeof detail, "%zu bytes", n);
-        return cuda__fail(d->index, r, call, detail);
-    }
     return rc;
 }
 
@@ -1359,6 +1561,19 @@ static int cuda__kernels_ready(sw__bdev *d)
             continue;
         }
         swcu_result r = CU(cuModuleLoadData)(&mod, image);
+        if (r == SWCU_CUDA_ERROR_OUT_OF_MEMORY) {
+            /* The module's code and data are device memory too. */
+            cuda__give_back(d);
+            r = CU(cuModuleLoadData)(&mod, image);
+        }
+        if (cuda__sticky(r)) {
+            /* Not the kernels' fault: the context ended with earlier work.
+             * Said as it is, and not remembered against the kernels. */
+            mod = NULL;
+            return cuda__fail(d->index, r, "cuModuleLoadData",
+                              "the context has a sticky error from "
+                              "earlier work");
+        }
         if (r != SWCU_CUDA_SUCCESS) {
             char nbuf[32];
             if (r == SWCU_CUDA_ERROR_OUT_OF_MEMORY)
@@ -1398,6 +1613,24 @@ static int cuda__kernels_ready(sw__bdev *d)
     return SW_OK;
 }
 
+/* Device memory the backend needs for itself (partial sums, scratch), on
+ * stream s: from the pool or cuMemAlloc, retried once after
+ * cuda__give_back when the device is out of memory.  The fallback's
+ * caller accounts d->nlive. */
+static swcu_result cuda__scratch_alloc(sw__bdev *d, swcu_stream s,
+                                       size_t bytes, swcu_deviceptr *p)
+{
+    for (int attempt = 0;; attempt++) {
+        swcu_result r = d->pool != NULL
+                            ? CU(cuMemAllocFromPoolAsync)(p, bytes, d->pool,
+                                                          s)
+                            : CU(cuMemAlloc_v2)(p, bytes);
+        if (r != SWCU_CUDA_ERROR_OUT_OF_MEMORY || attempt == 1)
+            return r;
+        cuda__give_back(d);
+    }
+}
+
 /* Scratch of `bytes` on q's stream for an overlapping COPY: from the pool
  * (freed again in stream order) or cuMemAlloc (freed once q's work is
  * done).  The context is current. */
@@ -1409,10 +1642,7 @@ static int cuda__copy_overlapping(sw__bqueue *q, swcu_deviceptr dst,
     int rc = d->pool != NULL ? SW_OK : cuda__reserve(d);
     if (rc != SW_OK)
         return rc;
-    swcu_result r = d->pool != NULL
-                        ? CU(cuMemAllocFromPoolAsync)(&tmp, bytes, d->pool,
-                                                      q->stream)
-                        : CU(cuMemAlloc_v2)(&tmp, bytes);
+    swcu_result r = cuda__scratch_alloc(d, q->stream, bytes, &tmp);
     char detail[80];
     snprintf(detail, sizeof detail, "%zu bytes of scratch for an "
              "overlapping COPY", bytes);
@@ -1431,7 +1661,7 @@ static int cuda__copy_overlapping(sw__bqueue *q, swcu_deviceptr dst,
         (void)CU(cuMemFreeAsync)(tmp, q->stream);
     } else if (cuda__defer_free(d, q, tmp) != SW_OK) {
         /* The stream cannot take the free's event: wait, then free now. */
-        (void)CU(cuStreamSynchronize)(q->stream);
+        (void)cuda__stream_wait_host(q);
         (void)CU(cuMemFree_v2)(tmp);
         d->nlive--;
     }
@@ -1446,14 +1676,8 @@ static int cuda__partials(sw__bqueue *q)
     sw__bdev *d = q->dev;
     size_t bytes = CUDA__SUM_BLOCKS * CUDA__PARTIAL;
     swcu_result r;
-    if (d->pool != NULL) {
-        r = CU(cuMemAllocFromPoolAsync)(&q->partials, bytes, d->pool,
-                                        q->stream);
-        q->partials_pooled = 1;
-    } else {
-        r = CU(cuMemAlloc_v2)(&q->partials, bytes);
-        q->partials_pooled = 0;
-    }
+    r = cuda__scratch_alloc(d, q->stream, bytes, &q->partials);
+    q->partials_pooled = d->pool != NULL;
     if (r != SWCU_CUDA_SUCCESS) {
         q->partials = 0;
         return cuda__fail(d->index, r, d->pool ? "cuMemAllocFromPoolAsync"
@@ -1481,7 +1705,13 @@ static int cuda__launch(sw__bqueue *q, const sw_kernel_args *a, size_t es)
     cuda__args args = {.n = 0};
 
     switch (a->kernel) {
-    case SW_KERNEL_FILL:
+    case SW_KERNEL_FILL: {
+        int krc = SW_OK;
+        if (cuda__fill_memset(q, out, bytes, alpha, es, &rc))
+            return rc;
+        rc = cuda__fill_without_kernels(q, out, bytes, alpha, es, &krc);
+        if (krc != SW_OK)
+            return rc;
         if (out % es != 0)
             return cuda__fill_bytes(q, out, bytes, alpha, es);
         CUDA__ARG(args, out);
@@ -1493,6 +1723,7 @@ static int cuda__launch(sw__bqueue *q, const sw_kernel_args *a, size_t es)
         }
         CUDA__ARG(args, n);
         return cuda__run(q, cuda__fills[lg], grid, &args);
+    }
     case SW_KERNEL_COPY: {
         if (out == pa)
             return SW_OK; /* out[i] = out[i] */
@@ -1603,9 +1834,11 @@ static int cuda_event_record(sw__bqueue *q, sw__bevent **out)
     if (rc != SW_OK)
         return rc;
     sw__bevent *e = NULL;
-    rc = cuda__event_new(d, &e);
+    rc = cuda__event_new(d, 1, &e);
     if (rc == SW_OK) {
         swcu_result r = CU(cuEventRecord)(e->ev, q->stream);
+        if (r == SWCU_CUDA_SUCCESS)
+            r = CU(cuEventRecord)(e->hev, q->stream);
         if (r != SWCU_CUDA_SUCCESS) {
             cuda__event_put(e);
             rc = cuda__fail(d->index, r, "cuEventRecord", NULL);
@@ -1645,7 +1878,8 @@ static int cuda_event_wait(sw__bevent *e)
     int rc = cuda__enter(d, &s);
     if (rc != SW_OK)
         return rc;
-    swcu_result r = CU(cuEventSynchronize)(e->ev);
+    /* The blocking-sync twin: the thread sleeps until the work is done. */
+    swcu_result r = CU(cuEventSynchronize)(e->hev);
     cuda__leave(&s);
     return r == SWCU_CUDA_SUCCESS
                ? SW_OK
@@ -1665,11 +1899,13 @@ static int cuda_synchronize(sw__bqueue *q)
     int rc = cuda__enter(d, &s);
     if (rc != SW_OK)
         return rc;
-    swcu_result r = CU(cuStreamSynchronize)(q->stream);
+    /* Record-then-wait on a blocking-sync event made with the queue:
+     * cuStreamSynchronize would spin a core, and this must not allocate. */
+    swcu_result r = cuda__stream_wait_host(q);
     cuda__leave(&s);
     return r == SWCU_CUDA_SUCCESS
                ? SW_OK
-               : cuda__fail(d->index, r, "cuStreamSynchronize", NULL);
+               : cuda__fail(d->index, r, "cuEventSynchronize", "synchronize");
 }
 
 /* A device-side wait: never blocks the caller.  The wait is on the
@@ -1687,6 +1923,102 @@ static int cuda_wait_event(sw__bqueue *q, sw__bevent *e)
     return r == SWCU_CUDA_SUCCESS
                ? SW_OK
                : cuda__fail(d->index, r, "cuStreamWaitEvent", NULL);
+}
+
+/* ------------------------------------------------------------------------
+ * Operations: version 3 (the copy queue, idleness, pinned host memory)
+ * ---------------------------------------------------------------------- */
+
+static sw__bqueue *cuda_copy_queue(sw__bdev *d)
+{
+    return d->cq.stream != NULL ? &d->cq : NULL;
+}
+
+/* Never blocks: cuStreamQuery says whether everything queued is done. */
+static int cuda_queue_idle(sw__bqueue *q)
+{
+    cuda__scope s;
+    if (cuda__enter(q->dev, &s) != SW_OK)
+        return 0;
+    swcu_result r = CU(cuStreamQuery)(q->stream);
+    cuda__leave(&s);
+    return r == SWCU_CUDA_SUCCESS;
+}
+
+/* Page-locked, portable (usable with every context) host memory for the
+ * staging pool; the core falls back to its own allocator on any error. */
+static int cuda_host_alloc(sw__bdev *d, size_t size, void **out)
+{
+    if (!d->pinned)
+        return sw__errorf(SW_ERR_UNSUPPORTED, "cuda:%d: pinned staging is "
+                          "off (SPILLWAY_CUDA_PINNED=0, or the driver lacks "
+                          "cuMemHostAlloc)", d->index);
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK)
+        return rc;
+    void *p = NULL;
+    swcu_result r = CU(cuMemHostAlloc)(&p, size, SWCU_CU_MEMHOSTALLOC_PORTABLE);
+    cuda__leave(&s);
+    if (r != SWCU_CUDA_SUCCESS) {
+        char detail[48];
+        snprintf(detail, sizeof detail, "%zu bytes", size);
+        rc = cuda__fail(d->index, r, "cuMemHostAlloc", detail);
+        return rc == SW_ERR_OOM ? SW_ERR_HOST_OOM : rc;
+    }
+    *out = p;
+    return SW_OK;
+}
+
+static void cuda_host_free(sw__bdev *d, void *p, size_t size)
+{
+    (void)size;
+    cuda__scope s;
+    if (p == NULL || cuda__enter(d, &s) != SW_OK)
+        return; /* a forked child: the parent's pinned memory is not ours */
+    (void)CU(cuMemFreeHost)(p);
+    cuda__leave(&s);
+}
+
+/* ------------------------------------------------------------------------
+ * Foreign streams (the allocator plug-ins: python/spillway/allocator.c)
+ * ---------------------------------------------------------------------- */
+
+int sw__cuda_stream_join(int index, void *foreign, int foreign_waits)
+{
+    if (index < 0 || index >= CUDA__MAX_DEVICES)
+        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: no such device",
+                          index);
+    pthread_mutex_lock(&cuda__open_mu);
+    sw__bdev *d = cuda__open[index];
+    if (d != NULL)
+        cuda__ref(d); /* alive past the registry's lock */
+    pthread_mutex_unlock(&cuda__open_mu);
+    if (d == NULL)
+        return sw__errorf(SW_ERR_NO_DEVICE, "cuda:%d: not open", index);
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc == SW_OK) {
+        swcu_stream ours = d->dq.stream, theirs = (swcu_stream)foreign;
+        swcu_stream from = foreign_waits ? ours : theirs;
+        swcu_stream to = foreign_waits ? theirs : ours;
+        sw__bevent *e = NULL;
+        rc = cuda__event_new(d, 0, &e);
+        if (rc == SW_OK) {
+            swcu_result r = CU(cuEventRecord)(e->ev, from);
+            const char *call = "cuEventRecord";
+            if (r == SWCU_CUDA_SUCCESS) {
+                call = "cuStreamWaitEvent";
+                r = CU(cuStreamWaitEvent)(to, e->ev, 0);
+            }
+            if (r != SWCU_CUDA_SUCCESS)
+                rc = cuda__fail(index, r, call, "a foreign stream");
+            cuda__event_put(e); /* the wait keeps its captured state */
+        }
+        cuda__leave(&s);
+    }
+    cuda__unref(d);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------
@@ -1716,4 +2048,8 @@ const sw__backend_ops sw__cuda_backend = {
     .event_release = cuda_event_release,
     .synchronize = cuda_synchronize,
     .wait_event = cuda_wait_event,
+    .copy_queue = cuda_copy_queue,
+    .queue_idle = cuda_queue_idle,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
 };

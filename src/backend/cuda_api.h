@@ -144,6 +144,7 @@ enum {
     X(CU_MEM_HANDLE_TYPE_NONE, 0)                                             \
     X(CU_MEM_LOCATION_TYPE_DEVICE, 1)                                         \
     X(CU_STREAM_NON_BLOCKING, 1)                                              \
+    X(CU_EVENT_BLOCKING_SYNC, 1)                                              \
     X(CU_EVENT_DISABLE_TIMING, 2)                                             \
     X(CU_MEMHOSTALLOC_PORTABLE, 1)                                            \
     X(NVRTC_SUCCESS, 0)
@@ -203,6 +204,7 @@ enum {
       (swcu_stream *stream, unsigned int flags))                              \
     X(1, cuStreamDestroy, cuStreamDestroy_v2, (swcu_stream stream))           \
     X(1, cuStreamSynchronize, cuStreamSynchronize, (swcu_stream stream))      \
+    X(1, cuStreamQuery, cuStreamQuery, (swcu_stream stream))                  \
     X(1, cuStreamWaitEvent, cuStreamWaitEvent,                                \
       (swcu_stream stream, swcu_event event, unsigned int flags))             \
     X(1, cuEventCreate, cuEventCreate,                                        \
@@ -242,9 +244,9 @@ enum {
       (swcu_mempool pool, swcu_mempool_attribute attr, void *value))          \
     X(0, cuMemPoolTrimTo, cuMemPoolTrimTo,                                    \
       (swcu_mempool pool, size_t min_bytes_to_keep))                          \
-    X(2, cuMemHostAlloc, cuMemHostAlloc,                                      \
+    X(0, cuMemHostAlloc, cuMemHostAlloc,                                      \
       (void **p, size_t bytesize, unsigned int flags))                        \
-    X(2, cuMemFreeHost, cuMemFreeHost, (void *p))                             \
+    X(0, cuMemFreeHost, cuMemFreeHost, (void *p))                             \
     X(2, cuMemcpyHtoD, cuMemcpyHtoD_v2,                                       \
       (swcu_deviceptr dst, const void *src, size_t bytes))
 

@@ -60,6 +60,16 @@ void *sw__cuda_thread_context(void);
  * allocates without a pool. */
 int sw__cuda_pool_usage(int index, uint64_t *reserved, uint64_t *used);
 
+/* Order cuda:index's default stream and a stream spillway does not own
+ * (foreign: a CUstream of PyTorch, CuPy, Numba; NULL is the legacy default
+ * stream), on the device, without blocking: with foreign_waits != 0 the
+ * foreign stream's later work waits for everything queued on ours so far
+ * (memory just allocated, restored or reused), else ours waits for the
+ * foreign stream's work so far (memory it frees).  Callable without the
+ * core's device lock (it touches only the stream and the event free
+ * list).  SW_ERR_NO_DEVICE when cuda:index is not open. */
+int sw__cuda_stream_join(int index, void *foreign, int foreign_waits);
+
 /* ------------------------------------------------------------------------
  * Built-in kernels and NVRTC (the source and the compiler: cuda_nvrtc.c;
  * the tables that launch them: cuda.c)

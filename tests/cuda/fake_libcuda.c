@@ -10,8 +10,18 @@
  * It is NOT a GPU and proves nothing about one: it exports the entry points
  * src/backend/cuda_api.h declares, with the same prototypes (so the
  * compiler checks them against that header), and implements them on host
- * memory.  Work runs at once, in the calling thread, so every stream is
- * trivially in order and every event complete when recorded.
+ * memory.  Work runs later, as on a GPU: each stream has a worker thread
+ * that runs what was queued on it in order, so an event is not complete
+ * until the work before it has run, a query may say CUDA_ERROR_NOT_READY,
+ * cuStreamWaitEvent holds a stream until the event's work on another
+ * stream is done (the cross-stream order is enforced, not assumed), a copy
+ * into host memory lands only later (the caller must wait for an event
+ * before reading it), and a kernel fault is a sticky error reported by the
+ * calls after it (the next synchronize, query or call), not by the launch.
+ * A copy from pageable host memory waits for the stream's earlier work
+ * and is staged at the call, as the driver documents; one from page-locked
+ * memory (cuMemHostAlloc) reads it when it runs.  Stream 0 (the legacy default stream, which frameworks use) is
+ * accepted where a framework's stream is: events, waits, synchronize.
  *
  * What it checks, failing the call as the driver would (and printing why to
  * stderr): that a context is current for the calls that need one and that
@@ -32,15 +42,25 @@
  * produce; float16 and bfloat16 convert with the kernel source's own
  * helpers, compiled here as C.
  *
+ * It also checks, when the work runs, that every device range it touches
+ * is still allocated and every page-locked host block still live: work
+ * that runs on memory freed (or reused) too early -- a free not ordered
+ * after the work of another stream -- is a kernel fault.
+ *
  * Environment: FAKE_CUDA_MEMORY (bytes, default 2 GiB) is the device's
- * capacity; FAKE_CUDA_NO_POOLS=1 reports no memory-pool support.
+ * capacity; FAKE_CUDA_NO_POOLS=1 reports no memory-pool support;
+ * FAKE_CUDA_DELAY_US (default 0) makes every queued operation take at
+ * least that long, so that work is still running when the caller looks.
+ * fake_cuda_stats() (not a CUDA entry point) reports what the tests check.
  */
 #include "backend/cuda_api.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define API __attribute__((visibility("default")))
 
@@ -56,11 +76,20 @@ SWCU_DRIVER_FUNCS(FAKE_DECL)
 struct CUctx_st {
     int retains;
 };
+typedef struct fake_op fake_op;
 struct CUstream_st {
     unsigned magic;
+    pthread_t thread;
+    fake_op *head, *tail; /* queued, the running one first (under qmu) */
+    unsigned long long queued, done;
+    int stop;
+    pthread_cond_t work; /* work queued, or stop */
 };
 struct CUevent_st {
     unsigned magic;
+    unsigned flags;
+    unsigned long long gen, done_gen; /* records made, records complete */
+    int refs; /* the handle and every queued record or wait (under qmu) */
 };
 struct CUfunc_st {
     unsigned magic;
@@ -89,7 +118,7 @@ typedef struct fake_alloc {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct CUctx_st primary;
 static int initialized;
-static swcu_result sticky; /* a kernel fault ends the context */
+static _Atomic swcu_result sticky; /* a kernel fault ends the context */
 static fake_alloc *allocs;  /* sorted by base */
 static size_t nallocs, capallocs, allocated;
 static size_t capacity = (size_t)2 << 30;
@@ -220,21 +249,11 @@ static swcu_result free_mem(swcu_deviceptr dptr, int pooled, const char *call)
     return SWCU_CUDA_SUCCESS;
 }
 
-static swcu_result stream_ok(swcu_stream s, const char *call)
-{
-    if (s == NULL || s->magic != LIVE)
-        return fail(SWCU_CUDA_ERROR_INVALID_HANDLE, "%s: not a live stream "
-                    "(spillway never uses stream 0)", call);
-    return sticky;
-}
-
-static swcu_result event_ok(swcu_event e, const char *call)
-{
-    if (e == NULL || e->magic != LIVE)
-        return fail(SWCU_CUDA_ERROR_INVALID_HANDLE, "%s: not a live event",
-                    call);
-    return SWCU_CUDA_SUCCESS;
-}
+static swcu_result stream_ok(swcu_stream s, const char *call);
+static swcu_result event_ok(swcu_event e, const char *call);
+static swcu_result fault(swcu_result r, const char *what);
+static int param_sizes(int kind, unsigned char *sz);
+static size_t type_size(int t);
 
 /* ------------------------------------------------------------------------
  * Initialization, devices, contexts
@@ -519,32 +538,323 @@ swcu_result cuMemAllocFromPoolAsync(swcu_deviceptr *dptr, size_t bytesize,
     return r ? r : alloc_mem(dptr, bytesize, pool);
 }
 
-swcu_result cuMemFreeAsync(swcu_deviceptr dptr, swcu_stream stream)
+
+/* Page-locked host blocks (cuMemHostAlloc), so that copies know whether
+ * their host side is staged at the call or read when they run.  Under
+ * mu. */
+typedef struct fake_pinned {
+    uintptr_t base;
+    size_t size;
+} fake_pinned;
+static fake_pinned *pinned;
+static size_t npinned, cappinned;
+static unsigned long long stat_pinned_allocs;
+
+/* Is [p, p + n) inside a live page-locked block?  Takes mu. */
+static int is_pinned(const void *p, size_t n)
 {
-    swcu_result r = need_ctx("cuMemFreeAsync");
-    if (!r)
-        r = stream_ok(stream, "cuMemFreeAsync");
-    return r ? r : free_mem(dptr, 1, "cuMemFreeAsync");
+    uintptr_t a = (uintptr_t)p;
+    int yes = 0;
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < npinned && !yes; i++)
+        yes = a >= pinned[i].base && a - pinned[i].base <= pinned[i].size &&
+              n <= pinned[i].size - (a - pinned[i].base);
+    pthread_mutex_unlock(&mu);
+    return yes;
 }
 
 swcu_result cuMemHostAlloc(void **p, size_t bytesize, unsigned int flags)
 {
-    (void)flags;
     swcu_result r = need_ctx("cuMemHostAlloc");
     if (r)
         return r;
-    *p = malloc(bytesize);
-    return *p ? SWCU_CUDA_SUCCESS : SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+    if (flags & ~(unsigned)SWCU_CU_MEMHOSTALLOC_PORTABLE)
+        return fail(SWCU_CUDA_ERROR_INVALID_VALUE, "%s: unexpected flags",
+                    "cuMemHostAlloc");
+    void *m = malloc(bytesize ? bytesize : 1);
+    if (m == NULL)
+        return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&mu);
+    if (npinned == cappinned) {
+        size_t cap = cappinned ? 2 * cappinned : 64;
+        fake_pinned *v = realloc(pinned, cap * sizeof *v);
+        if (v == NULL) {
+            pthread_mutex_unlock(&mu);
+            free(m);
+            return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        pinned = v;
+        cappinned = cap;
+    }
+    pinned[npinned++] = (fake_pinned){(uintptr_t)m, bytesize};
+    stat_pinned_allocs++;
+    pthread_mutex_unlock(&mu);
+    *p = m;
+    return SWCU_CUDA_SUCCESS;
 }
 
 swcu_result cuMemFreeHost(void *p)
 {
+    pthread_mutex_lock(&mu);
+    size_t i = 0;
+    while (i < npinned && pinned[i].base != (uintptr_t)p)
+        i++;
+    if (i == npinned) {
+        pthread_mutex_unlock(&mu);
+        return fail(SWCU_CUDA_ERROR_INVALID_VALUE, "%s: not a block of "
+                    "cuMemHostAlloc", "cuMemFreeHost");
+    }
+    pinned[i] = pinned[--npinned];
+    pthread_mutex_unlock(&mu);
     free(p);
     return SWCU_CUDA_SUCCESS;
 }
 
 /* ------------------------------------------------------------------------
- * Copies and memsets (run at once)
+ * Streams: a worker thread each, running queued operations in order
+ * ---------------------------------------------------------------------- */
+
+enum { OP_H2D, OP_D2H, OP_D2D, OP_MEMSET, OP_KERNEL, OP_FREE, OP_RECORD,
+       OP_WAIT };
+
+#define FAKE_MAX_PARAMS 5
+struct fake_op {
+    fake_op *next;
+    int kind;
+    const char *call;
+    /* copies and memsets */
+    void *dst;
+    const void *src;
+    size_t n;
+    void *staged;   /* a pageable source, copied at the call */
+    int host_pinned; /* the host side was page-locked at the call */
+    unsigned long long value;
+    unsigned width;
+    /* kernels: the function's kind, grid, and the arguments' values */
+    int kkind;
+    unsigned grid;
+    _Alignas(16) unsigned char slots[FAKE_MAX_PARAMS][16];
+    /* records and waits */
+    struct CUevent_st *ev;
+    unsigned long long gen;
+};
+
+/* One lock for every stream and event (a test double); each stream's
+ * worker sleeps on its own condition until work comes, and everything that
+ * waits for work to complete (synchronize, a stream held by
+ * cuStreamWaitEvent) on qcv, broadcast at every completion. */
+static pthread_mutex_t qmu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t qcv = PTHREAD_COND_INITIALIZER;
+static long delay_us = -1;
+static struct CUstream_st legacy; /* stream 0, started at first use */
+static int legacy_started;
+static unsigned long long stat_waits_blocked, stat_not_ready, stat_ops;
+
+static swcu_result run_kernel(int kind, unsigned grid, void **params);
+
+/* Under qmu: an event's last reference. */
+static void event_unref(struct CUevent_st *e)
+{
+    if (--e->refs == 0)
+        free(e);
+}
+
+/* Runs op o of stream s, without qmu. */
+static void run_op(fake_op *o)
+{
+    if (delay_us > 0 && o->kind != OP_RECORD && o->kind != OP_WAIT) {
+        struct timespec ts = {delay_us / 1000000, (delay_us % 1000000) * 1000};
+        nanosleep(&ts, NULL);
+    }
+    switch (o->kind) {
+    case OP_H2D:
+        if (!check_range((swcu_deviceptr)(uintptr_t)o->dst, o->n, o->call)) {
+            fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS, "a copy to device memory "
+                  "freed before it ran");
+            return;
+        }
+        if (o->host_pinned && !is_pinned(o->src, o->n)) {
+            fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS, "a copy from page-locked "
+                  "memory freed before it ran");
+            return;
+        }
+        memcpy(o->dst, o->staged ? o->staged : o->src, o->n);
+        return;
+    case OP_D2H:
+        if (!check_range((swcu_deviceptr)(uintptr_t)o->src, o->n, o->call)) {
+            fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS, "a copy from device "
+                  "memory freed before it ran");
+            return;
+        }
+        if (o->host_pinned && !is_pinned(o->dst, o->n)) {
+            fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS, "a copy into page-locked "
+                  "memory freed before it ran");
+            return;
+        }
+        memcpy(o->dst, o->src, o->n);
+        return;
+    case OP_D2D:
+        if (!check_range((swcu_deviceptr)(uintptr_t)o->dst, o->n, o->call) ||
+            !check_range((swcu_deviceptr)(uintptr_t)o->src, o->n, o->call)) {
+            fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS, "a device copy on memory "
+                  "freed before it ran");
+            return;
+        }
+        memcpy(o->dst, o->src, o->n);
+        return;
+    case OP_MEMSET:
+        if (!check_range((swcu_deviceptr)(uintptr_t)o->dst, o->n * o->width,
+                         o->call)) {
+            fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS, "a memset of memory freed "
+                  "before it ran");
+            return;
+        }
+        for (size_t i = 0; i < o->n; i++) {
+            unsigned char *p = (unsigned char *)o->dst + i * o->width;
+            if (o->width == 1)
+                *p = (unsigned char)o->value;
+            else if (o->width == 2)
+                *(unsigned short *)(void *)p = (unsigned short)o->value;
+            else
+                *(unsigned int *)(void *)p = (unsigned int)o->value;
+        }
+        return;
+    case OP_KERNEL: {
+        void *params[FAKE_MAX_PARAMS];
+        for (int i = 0; i < FAKE_MAX_PARAMS; i++)
+            params[i] = o->slots[i];
+        (void)run_kernel(o->kkind, o->grid, params); /* faults are sticky */
+        return;
+    }
+    case OP_FREE:
+        if (free_mem((swcu_deviceptr)(uintptr_t)o->dst, 1, o->call))
+            fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS, "a stream-ordered free of "
+                  "memory that was not live when it ran");
+        return;
+    default:
+        return;
+    }
+}
+
+static void *stream_worker(void *arg)
+{
+    struct CUstream_st *s = arg;
+    pthread_mutex_lock(&qmu);
+    for (;;) {
+        fake_op *o = s->head;
+        if (o == NULL) {
+            if (s->stop)
+                break;
+            pthread_cond_wait(&s->work, &qmu);
+            continue;
+        }
+        if (o->kind == OP_WAIT && o->ev->done_gen < o->gen) {
+            pthread_cond_wait(&qcv, &qmu); /* held: the event is not done */
+            continue;
+        }
+        pthread_mutex_unlock(&qmu);
+        run_op(o);
+        pthread_mutex_lock(&qmu);
+        s->head = o->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        s->done++;
+        stat_ops++;
+        if (o->kind == OP_RECORD && o->gen > o->ev->done_gen)
+            o->ev->done_gen = o->gen;
+        if (o->ev != NULL)
+            event_unref(o->ev);
+        free(o->staged);
+        free(o);
+        pthread_cond_broadcast(&qcv);
+    }
+    pthread_mutex_unlock(&qmu);
+    return NULL;
+}
+
+/* Starts s's worker; 0 or an error. */
+static int stream_start(struct CUstream_st *s)
+{
+    if (delay_us < 0) {
+        const char *d = getenv("FAKE_CUDA_DELAY_US");
+        delay_us = d != NULL && *d ? strtol(d, NULL, 10) : 0;
+    }
+    s->head = s->tail = NULL;
+    s->queued = s->done = 0;
+    s->stop = 0;
+    pthread_cond_init(&s->work, NULL);
+    int rc = pthread_create(&s->thread, NULL, stream_worker, s);
+    if (rc != 0)
+        pthread_cond_destroy(&s->work);
+    return rc;
+}
+
+/* The stream a call names: a live one, or stream 0 where allow0 (started
+ * at its first use); NULL after printing why. */
+static struct CUstream_st *stream_of(swcu_stream st, int allow0,
+                                     const char *call)
+{
+    if (st == NULL && allow0) {
+        pthread_mutex_lock(&qmu);
+        if (!legacy_started && stream_start(&legacy) == 0) {
+            legacy.magic = LIVE;
+            legacy_started = 1;
+        }
+        pthread_mutex_unlock(&qmu);
+        return legacy_started ? &legacy : NULL;
+    }
+    if (st == NULL || st->magic != LIVE) {
+        fail(SWCU_CUDA_ERROR_INVALID_HANDLE, "%s: not a live stream "
+             "(spillway never uses stream 0)", call);
+        return NULL;
+    }
+    return st;
+}
+
+static swcu_result stream_ok(swcu_stream s, const char *call)
+{
+    if (stream_of(s, 0, call) == NULL)
+        return SWCU_CUDA_ERROR_INVALID_HANDLE;
+    return sticky;
+}
+
+static swcu_result event_ok(swcu_event e, const char *call)
+{
+    if (e == NULL || e->magic != LIVE)
+        return fail(SWCU_CUDA_ERROR_INVALID_HANDLE, "%s: not a live event",
+                    call);
+    return SWCU_CUDA_SUCCESS;
+}
+
+/* Queue o on s (takes o). */
+static void enqueue(struct CUstream_st *s, fake_op *o)
+{
+    pthread_mutex_lock(&qmu);
+    o->next = NULL;
+    if (o->ev != NULL)
+        o->ev->refs++;
+    if (s->tail != NULL)
+        s->tail->next = o;
+    else
+        s->head = o;
+    s->tail = o;
+    s->queued++;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&qmu);
+}
+
+static fake_op *op_new(int kind, const char *call)
+{
+    fake_op *o = calloc(1, sizeof *o);
+    if (o != NULL) {
+        o->kind = kind;
+        o->call = call;
+    }
+    return o;
+}
+
+/* ------------------------------------------------------------------------
+ * Copies and memsets (queued)
  * ---------------------------------------------------------------------- */
 
 static swcu_result queued(swcu_stream s, const char *call)
@@ -561,7 +871,31 @@ swcu_result cuMemcpyHtoDAsync_v2(swcu_deviceptr dst, const void *src,
         return r;
     if (!check_range(dst, bytes, "cuMemcpyHtoDAsync_v2"))
         return SWCU_CUDA_ERROR_INVALID_VALUE;
-    memcpy((void *)(uintptr_t)dst, src, bytes);
+    fake_op *o = op_new(OP_H2D, "cuMemcpyHtoDAsync_v2");
+    if (o == NULL)
+        return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+    o->dst = (void *)(uintptr_t)dst;
+    o->src = src;
+    o->n = bytes;
+    o->host_pinned = is_pinned(src, bytes);
+    if (!o->host_pinned) {
+        /* Pageable: the stream's earlier work first (a copy into this
+         * very memory may be queued there), then the source staged, as
+         * NVIDIA documents it ("a stream sync is performed before the copy
+         * is initiated"); the caller may reuse src on return. */
+        pthread_mutex_lock(&qmu);
+        unsigned long long target = stream->queued;
+        while (stream->done < target)
+            pthread_cond_wait(&qcv, &qmu);
+        pthread_mutex_unlock(&qmu);
+        o->staged = malloc(bytes ? bytes : 1);
+        if (o->staged == NULL) {
+            free(o);
+            return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        memcpy(o->staged, src, bytes);
+    }
+    enqueue(stream, o);
     return SWCU_CUDA_SUCCESS;
 }
 
@@ -585,7 +919,15 @@ swcu_result cuMemcpyDtoHAsync_v2(void *dst, swcu_deviceptr src, size_t bytes,
         return r;
     if (!check_range(src, bytes, "cuMemcpyDtoHAsync_v2"))
         return SWCU_CUDA_ERROR_INVALID_VALUE;
-    memcpy(dst, (const void *)(uintptr_t)src, bytes);
+    fake_op *o = op_new(OP_D2H, "cuMemcpyDtoHAsync_v2");
+    if (o == NULL)
+        return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+    /* Lands when it runs, pinned or not: the caller waits for an event. */
+    o->dst = dst;
+    o->src = (const void *)(uintptr_t)src;
+    o->n = bytes;
+    o->host_pinned = is_pinned(dst, bytes);
+    enqueue(stream, o);
     return SWCU_CUDA_SUCCESS;
 }
 
@@ -601,7 +943,13 @@ swcu_result cuMemcpyDtoDAsync_v2(swcu_deviceptr dst, swcu_deviceptr src,
     if (dst < src + bytes && src < dst + bytes)
         return fail(SWCU_CUDA_ERROR_INVALID_VALUE, "%s between overlapping "
                     "ranges (undefined in CUDA)", "cuMemcpyDtoDAsync_v2");
-    memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
+    fake_op *o = op_new(OP_D2D, "cuMemcpyDtoDAsync_v2");
+    if (o == NULL)
+        return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+    o->dst = (void *)(uintptr_t)dst;
+    o->src = (const void *)(uintptr_t)src;
+    o->n = bytes;
+    enqueue(stream, o);
     return SWCU_CUDA_SUCCESS;
 }
 
@@ -617,9 +965,14 @@ swcu_result cuMemcpyDtoDAsync_v2(swcu_deviceptr dst, swcu_deviceptr src,
                         "destination", #NAME);                                \
         if (!check_range(dst, n * sizeof(T), #NAME))                          \
             return SWCU_CUDA_ERROR_INVALID_VALUE;                             \
-        T *p = (T *)(uintptr_t)dst;                                           \
-        for (size_t i = 0; i < n; i++)                                        \
-            p[i] = value;                                                     \
+        fake_op *o = op_new(OP_MEMSET, #NAME);                                \
+        if (o == NULL)                                                        \
+            return SWCU_CUDA_ERROR_OUT_OF_MEMORY;                             \
+        o->dst = (void *)(uintptr_t)dst;                                      \
+        o->n = n;                                                             \
+        o->value = value;                                                     \
+        o->width = sizeof(T);                                                 \
+        enqueue(stream, o);                                                   \
         return SWCU_CUDA_SUCCESS;                                             \
     }
 FAKE_MEMSET(cuMemsetD8Async, unsigned char, 1)
@@ -638,9 +991,13 @@ swcu_result cuStreamCreate(swcu_stream *stream, unsigned int flags)
     if (flags != SWCU_CU_STREAM_NON_BLOCKING)
         return fail(SWCU_CUDA_ERROR_INVALID_VALUE, "%s: spillway's streams "
                     "are non-blocking", "cuStreamCreate");
-    struct CUstream_st *s = malloc(sizeof *s);
+    struct CUstream_st *s = calloc(1, sizeof *s);
     if (s == NULL)
         return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+    if (stream_start(s) != 0) {
+        free(s);
+        return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+    }
     s->magic = LIVE;
     pthread_mutex_lock(&mu);
     live_streams++;
@@ -649,12 +1006,18 @@ swcu_result cuStreamCreate(swcu_stream *stream, unsigned int flags)
     return SWCU_CUDA_SUCCESS;
 }
 
+/* The stream's work runs to its end (as CUDA lets it), then it goes. */
 swcu_result cuStreamDestroy_v2(swcu_stream stream)
 {
-    swcu_result r = stream_ok(stream, "cuStreamDestroy_v2");
-    if (r && r != sticky)
-        return r;
+    if (stream_of(stream, 0, "cuStreamDestroy_v2") == NULL)
+        return SWCU_CUDA_ERROR_INVALID_HANDLE;
     stream->magic = 0;
+    pthread_mutex_lock(&qmu);
+    stream->stop = 1;
+    pthread_cond_signal(&stream->work);
+    pthread_mutex_unlock(&qmu);
+    pthread_join(stream->thread, NULL);
+    pthread_cond_destroy(&stream->work);
     free(stream);
     pthread_mutex_lock(&mu);
     live_streams--;
@@ -664,18 +1027,56 @@ swcu_result cuStreamDestroy_v2(swcu_stream stream)
 
 swcu_result cuStreamSynchronize(swcu_stream stream)
 {
-    return stream_ok(stream, "cuStreamSynchronize");
+    struct CUstream_st *s = stream_of(stream, 1, "cuStreamSynchronize");
+    if (s == NULL)
+        return SWCU_CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&qmu);
+    unsigned long long target = s->queued;
+    while (s->done < target)
+        pthread_cond_wait(&qcv, &qmu);
+    pthread_mutex_unlock(&qmu);
+    return sticky;
 }
 
+swcu_result cuStreamQuery(swcu_stream stream)
+{
+    struct CUstream_st *s = stream_of(stream, 1, "cuStreamQuery");
+    if (s == NULL)
+        return SWCU_CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&qmu);
+    int idle = s->done == s->queued;
+    if (!idle)
+        stat_not_ready++;
+    pthread_mutex_unlock(&qmu);
+    if (sticky)
+        return sticky;
+    return idle ? SWCU_CUDA_SUCCESS : SWCU_CUDA_ERROR_NOT_READY;
+}
+
+/* Work queued on stream after this waits for the event's record as it is
+ * now (a later record of the event does not change it). */
 swcu_result cuStreamWaitEvent(swcu_stream stream, swcu_event event,
                               unsigned int flags)
 {
-    swcu_result r = stream_ok(stream, "cuStreamWaitEvent");
-    if (!r)
-        r = event_ok(event, "cuStreamWaitEvent");
+    struct CUstream_st *s = stream_of(stream, 1, "cuStreamWaitEvent");
+    if (s == NULL)
+        return SWCU_CUDA_ERROR_INVALID_HANDLE;
+    swcu_result r = event_ok(event, "cuStreamWaitEvent");
     if (!r && flags != 0)
         r = SWCU_CUDA_ERROR_INVALID_VALUE;
-    return r;
+    if (r)
+        return r;
+    fake_op *o = op_new(OP_WAIT, "cuStreamWaitEvent");
+    if (o == NULL)
+        return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+    o->ev = event;
+    pthread_mutex_lock(&qmu);
+    o->gen = event->gen;
+    if (event->done_gen < event->gen)
+        stat_waits_blocked++; /* a real cross-stream dependency */
+    pthread_mutex_unlock(&qmu);
+    enqueue(s, o);
+    return sticky;
 }
 
 swcu_result cuEventCreate(swcu_event *event, unsigned int flags)
@@ -683,13 +1084,17 @@ swcu_result cuEventCreate(swcu_event *event, unsigned int flags)
     swcu_result r = need_ctx("cuEventCreate");
     if (r)
         return r;
-    if (flags != SWCU_CU_EVENT_DISABLE_TIMING)
+    if ((flags & SWCU_CU_EVENT_DISABLE_TIMING) == 0 ||
+        (flags & ~(unsigned)(SWCU_CU_EVENT_DISABLE_TIMING |
+                             SWCU_CU_EVENT_BLOCKING_SYNC)) != 0)
         return fail(SWCU_CUDA_ERROR_INVALID_VALUE, "%s: spillway's events "
                     "do not time", "cuEventCreate");
-    struct CUevent_st *e = malloc(sizeof *e);
+    struct CUevent_st *e = calloc(1, sizeof *e);
     if (e == NULL)
         return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
     e->magic = LIVE;
+    e->flags = flags;
+    e->refs = 1;
     pthread_mutex_lock(&mu);
     live_events++;
     pthread_mutex_unlock(&mu);
@@ -700,33 +1105,130 @@ swcu_result cuEventCreate(swcu_event *event, unsigned int flags)
 swcu_result cuEventRecord(swcu_event event, swcu_stream stream)
 {
     swcu_result r = event_ok(event, "cuEventRecord");
-    return r ? r : stream_ok(stream, "cuEventRecord");
+    if (r)
+        return r;
+    struct CUstream_st *s = stream_of(stream, 1, "cuEventRecord");
+    if (s == NULL)
+        return SWCU_CUDA_ERROR_INVALID_HANDLE;
+    fake_op *o = op_new(OP_RECORD, "cuEventRecord");
+    if (o == NULL)
+        return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+    o->ev = event;
+    pthread_mutex_lock(&qmu);
+    o->gen = ++event->gen;
+    if (s->head == NULL) {
+        /* Nothing queued before it: complete at once, as on a GPU, whose
+         * idle stream passes a record straight away. */
+        event->done_gen = o->gen;
+        pthread_cond_broadcast(&qcv);
+        pthread_mutex_unlock(&qmu);
+        free(o);
+        return sticky;
+    }
+    pthread_mutex_unlock(&qmu);
+    enqueue(s, o);
+    return sticky;
 }
 
 swcu_result cuEventQuery(swcu_event event)
 {
     swcu_result r = event_ok(event, "cuEventQuery");
-    return r ? r : sticky;
+    if (r)
+        return r;
+    pthread_mutex_lock(&qmu);
+    int done = event->done_gen >= event->gen;
+    if (!done)
+        stat_not_ready++;
+    pthread_mutex_unlock(&qmu);
+    if (sticky)
+        return sticky;
+    return done ? SWCU_CUDA_SUCCESS : SWCU_CUDA_ERROR_NOT_READY;
 }
 
 swcu_result cuEventSynchronize(swcu_event event)
 {
     swcu_result r = event_ok(event, "cuEventSynchronize");
-    return r ? r : sticky;
+    if (r)
+        return r;
+    pthread_mutex_lock(&qmu);
+    unsigned long long target = event->gen;
+    while (event->done_gen < target)
+        pthread_cond_wait(&qcv, &qmu);
+    pthread_mutex_unlock(&qmu);
+    return sticky;
 }
 
+/* Destroyed at once for the caller; what is still queued with it finishes
+ * first (as CUDA allows). */
 swcu_result cuEventDestroy_v2(swcu_event event)
 {
     swcu_result r = event_ok(event, "cuEventDestroy_v2");
     if (r)
         return r;
     event->magic = 0;
-    free(event);
+    pthread_mutex_lock(&qmu);
+    event_unref(event);
+    pthread_mutex_unlock(&qmu);
     pthread_mutex_lock(&mu);
     live_events--;
     pthread_mutex_unlock(&mu);
     return SWCU_CUDA_SUCCESS;
 }
+
+/* Queued: the memory stays allocated until the stream's earlier work is
+ * done. */
+swcu_result cuMemFreeAsync(swcu_deviceptr dptr, swcu_stream stream)
+{
+    swcu_result r = need_ctx("cuMemFreeAsync");
+    if (!r)
+        r = stream_ok(stream, "cuMemFreeAsync");
+    if (r)
+        return r;
+    pthread_mutex_lock(&mu);
+    size_t i = upper((uintptr_t)dptr);
+    int ok = i > 0 && allocs[i - 1].base == (uintptr_t)dptr &&
+             allocs[i - 1].pool != NULL;
+    pthread_mutex_unlock(&mu);
+    if (!ok)
+        return fail(SWCU_CUDA_ERROR_INVALID_VALUE, "%s: not a live pool "
+                    "allocation", "cuMemFreeAsync");
+    fake_op *o = op_new(OP_FREE, "cuMemFreeAsync");
+    if (o == NULL)
+        return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+    o->dst = (void *)(uintptr_t)dptr;
+    enqueue(stream, o);
+    return SWCU_CUDA_SUCCESS;
+}
+
+/* What the tests check (not a CUDA entry point). */
+typedef struct fake_cuda_stats_t {
+    unsigned long long ops;           /* queued operations run */
+    unsigned long long not_ready;     /* queries that said NOT_READY */
+    unsigned long long waits_blocked; /* cuStreamWaitEvent on work not done */
+    unsigned long long pinned_allocs; /* cuMemHostAlloc calls */
+    long streams, events, pinned_live;
+} fake_cuda_stats_t;
+
+API void fake_cuda_stats(fake_cuda_stats_t *out);
+API void fake_cuda_set_sticky(unsigned code);
+
+void fake_cuda_stats(fake_cuda_stats_t *out)
+{
+    pthread_mutex_lock(&qmu);
+    out->ops = stat_ops;
+    out->not_ready = stat_not_ready;
+    out->waits_blocked = stat_waits_blocked;
+    pthread_mutex_unlock(&qmu);
+    pthread_mutex_lock(&mu);
+    out->pinned_allocs = stat_pinned_allocs;
+    out->pinned_live = (long)npinned;
+    out->streams = live_streams;
+    out->events = live_events;
+    pthread_mutex_unlock(&mu);
+}
+
+/* A context error as a kernel fault leaves it (0 clears it). */
+void fake_cuda_set_sticky(unsigned code) { sticky = code; }
 
 /* ------------------------------------------------------------------------
  * Modules and kernels
@@ -1206,11 +1708,75 @@ swcu_result cuLaunchKernel(swcu_function f, unsigned int grid_x,
         params == NULL)
         return fail(SWCU_CUDA_ERROR_INVALID_VALUE, "%s: unexpected "
                     "configuration", "cuLaunchKernel");
-    int op = kernel_table[f->kind].op, type = kernel_table[f->kind].type;
+    int op = kernel_table[f->kind].op;
+    if (op == K_FINAL && grid_x != 1)
+        return SWCU_CUDA_ERROR_INVALID_VALUE;
+    if (op == K_SUM && grid_x > 256)
+        return fail(SWCU_CUDA_ERROR_INVALID_VALUE, "%s: more partials "
+                    "than the final pass sums", "sum");
+    /* The arguments' values are taken now, as the driver does; the kernel
+     * runs when the stream gets to it, and a fault there is sticky. */
+    unsigned char sizes[FAKE_MAX_PARAMS];
+    int n = param_sizes(f->kind, sizes);
+    fake_op *o = op_new(OP_KERNEL, "cuLaunchKernel");
+    if (o == NULL)
+        return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+    for (int i = 0; i < n; i++)
+        memcpy(o->slots[i], params[i], sizes[i]);
+    o->kkind = f->kind;
+    o->grid = grid_x;
+    enqueue(stream, o);
+    return SWCU_CUDA_SUCCESS;
+}
+
+/* The sizes of kernel kind's parameters, as kernels/cuda.cu declares them
+ * (the backend's table checks the same); their number. */
+static int param_sizes(int kind, unsigned char *sz)
+{
+    int op = kernel_table[kind].op, type = kernel_table[kind].type;
+    static const unsigned char alpha[] = {
+        [T_U8] = 1, [T_U16] = 2, [T_U32] = 4, [T_U64] = 8, [T_F16] = 4,
+        [T_BF16] = 4, [T_F32] = 4, [T_F64] = 8, [T_C64] = 4, [T_C128] = 8};
+    switch (op) {
+    case K_FILL:
+        if (type == T_U128) {
+            memcpy(sz, (unsigned char[]){8, 8, 8, 8}, 4);
+            return 4;
+        }
+        memcpy(sz, (unsigned char[]){8, (unsigned char)type_size(type), 8},
+               3);
+        return 3;
+    case K_COPY:
+    case K_SUM:
+        memcpy(sz, (unsigned char[]){8, 8, 8}, 3);
+        return 3;
+    case K_ADD:
+        memcpy(sz, (unsigned char[]){8, 8, 8, 8}, 4);
+        return 4;
+    case K_SCALE:
+    case K_AXPY:
+        if (type == T_C64 || type == T_C128) {
+            memcpy(sz, (unsigned char[]){8, 8, alpha[type], alpha[type], 8},
+                   5);
+            return 5;
+        }
+        memcpy(sz, (unsigned char[]){8, 8, alpha[type], 8}, 4);
+        return 4;
+    case K_FINAL:
+        memcpy(sz, (unsigned char[]){8, 4, 8}, 3);
+        return 3;
+    default: /* K_BYTES */
+        memcpy(sz, (unsigned char[]){8, 8, 8, 8, 4}, 5);
+        return 5;
+    }
+}
+
+/* A queued kernel, on its stream's worker. */
+static swcu_result run_kernel(int kind, unsigned grid_x, void **params)
+{
+    int op = kernel_table[kind].op, type = kernel_table[kind].type;
     switch (op) {
     case K_FINAL:
-        if (grid_x != 1)
-            return SWCU_CUDA_ERROR_INVALID_VALUE;
         return type == T_F64 ? final_f64(params)
                : type == T_U64 ? final_i64(params)
                                : final_c128(params);
@@ -1220,9 +1786,6 @@ swcu_result cuLaunchKernel(swcu_function f, unsigned int grid_x,
     case K_COPY:
         return fill_copy(op, type, params);
     case K_SUM:
-        if (grid_x > 256)
-            return fail(SWCU_CUDA_ERROR_INVALID_VALUE, "%s: more partials "
-                        "than the final pass sums", "sum");
         switch (type) {
         case T_I8: return sum_i8(params, grid_x);
         case T_I16: return sum_i16(params, grid_x);
