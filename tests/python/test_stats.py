@@ -198,3 +198,17 @@ def test_host_pool_limit(dev):
         assert sw.memory_stats(dev)["host_pool_limit"] == 1 << 20
     finally:
         sw.set_host_pool_limit(before, dev)
+
+
+@pytest.mark.spills
+def test_max_reserved_stays_under_the_budget(dev):
+    """A spill moves a block from in_use to cached: max_reserved (the
+    highest in_use + cached) never counts it twice, so under a budget it
+    never passes the budget (spillway.dask's workers report it)."""
+    sw.set_memory_budget(8 * MiB, dev)
+    sw.reset_peak_memory(dev)
+    xs = [sw.zeros(MiB, dtype="float32", device=dev) for _ in range(5)]
+    st = sw.memory_stats(dev)
+    assert st["spills"] >= 3
+    assert st["max_reserved"] <= 8 * MiB, st["max_reserved"]
+    del xs
