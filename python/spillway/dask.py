@@ -75,6 +75,9 @@ def _sizeof_array(a):
 # serializing them anyway) an array lands on the device it was sent from.
 _worker_devices = {}
 _worker_devices_lock = threading.Lock()
+# The worker whose device is the process's default device (one alone in its
+# process), or None.
+_default_owner = None
 
 
 def _receiving_device(sent_from):
@@ -243,15 +246,19 @@ class SpillwayPlugin(WorkerPlugin):
                 from None
         self.device = dev
         self.worker_name = name
+        # A worker process's tasks allocate on its device: device=None means
+        # it there.  Several workers in one process (processes=False) cannot
+        # share one default: the process's own comes back, and their tasks
+        # name worker_device().
+        global _default_owner
         with _worker_devices_lock:
             _worker_devices[id(worker)] = dev.name
-            alone = len(_worker_devices) == 1
-        # A worker process's tasks allocate on its device: device=None means
-        # it there.  Several workers in one process (processes=False) share
-        # one default; their tasks name worker_device().
-        self._set_default = alone
-        if alone:
-            _spillway._set_default_device(dev)
+            if len(_worker_devices) == 1:
+                _spillway._set_default_device(dev)
+                _default_owner = id(worker)
+            elif _default_owner is not None:
+                _spillway._set_default_device(None)
+                _default_owner = None
         metrics = getattr(worker, "metrics", None)
         if metrics is not None:
             for metric, key in _METRICS.items():
@@ -282,8 +289,12 @@ class SpillwayPlugin(WorkerPlugin):
 
     def teardown(self, worker):
         dev, self.device = self.device, None
+        global _default_owner
         with _worker_devices_lock:
             _worker_devices.pop(id(worker), None)
+            if _default_owner == id(worker):
+                _spillway._set_default_device(None)
+                _default_owner = None
         metrics = getattr(worker, "metrics", None)
         if metrics is not None:
             for metric in list(metrics):
@@ -291,8 +302,6 @@ class SpillwayPlugin(WorkerPlugin):
                     del metrics[metric]
         if dev is None:
             return
-        if getattr(self, "_set_default", False):
-            _spillway._set_default_device(None)
         status = getattr(getattr(worker, "status", None), "name", "")
         if status in ("closing", "closed", "closing_gracefully", "failed"):
             # The worker is going away with its data: let go of its arrays
