@@ -398,6 +398,40 @@ def test_procs_budgets_hold_and_metrics_show(procs):
     settle(procs)
 
 
+@procs_only_here
+def test_procs_example_pipeline_4x_the_budgets(procs):
+    """examples/dask_pipeline.py's computation, its datasets 4 x the sum of
+    the workers' budgets, matches NumPy bit for bit."""
+    examples = str(pathlib.Path(__file__).resolve().parents[2] /
+                   "examples")
+
+    def add_path(dask_worker=None):
+        if examples not in sys.path:
+            sys.path.insert(0, examples)
+
+    def drop_path(dask_worker=None):
+        while examples in sys.path:
+            sys.path.remove(examples)
+
+    add_path()
+    procs.run(add_path)
+    try:
+        import dask_pipeline
+        blocks = -(-4 * 2 * BUDGET // (N * 12))
+        rep = dask_pipeline.run(procs, blocks, N)
+    finally:
+        procs.run(drop_path)
+        drop_path()
+        sys.modules.pop("dask_pipeline", None)
+    assert rep["data_bytes"] >= 4 * 2 * BUDGET
+    assert rep["matched"] is True
+    for w in rep["workers"].values():
+        assert w["max_reserved"] <= BUDGET
+    assert sum(w["spills"] for w in rep["workers"].values()) > 0
+    assert sum(w["restores"] for w in rep["workers"].values()) > 0
+    settle(procs)
+
+
 def _slow_double(a):
     time.sleep(0.2)
     return a * 2
