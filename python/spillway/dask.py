@@ -48,7 +48,7 @@ from distributed import LocalCluster, WorkerPlugin
 from distributed.protocol import dask_deserialize, dask_serialize
 
 import spillway as sw
-from spillway import _spillway
+from spillway import _dask_sizeof, _spillway
 
 __all__ = ["LocalSpillwayCluster", "SpillwayPlugin", "dask_setup",
            "worker_device", "worker_stats"]
@@ -60,11 +60,7 @@ logger = logging.getLogger("distributed.spillway")
 # ---------------------------------------------------------------------------
 
 
-@sizeof.register(sw.Array)
-def _sizeof_array(a):
-    # Device bytes (or host bytes, when spilled: the same number).  A view
-    # counts its own bytes, as NumPy's sizeof does.
-    return int(a.nbytes)
+_dask_sizeof.register(sizeof)
 
 
 # Which device this process's spillway worker uses: {id(worker): spec}.
@@ -271,18 +267,21 @@ class SpillwayPlugin(WorkerPlugin):
 
     def _open(self, worker_name):
         dev = sw.Device(self.spec_for(worker_name))
-        if self.budget is not None:
-            total = sw.memory_info(dev).device_total
-            before = sw.get_memory_budget(dev)
-            sw.set_memory_budget(self.budget, dev)
-            got = sw.get_memory_budget(dev)
-            if total and got and got > total:
-                sw.set_memory_budget(before, dev)
-                raise ValueError(
-                    f"budget {self.budget!r} ({got} bytes) is larger than "
-                    f"{dev.name}, which has {total} bytes")
-        if self.host_pool is not None:
-            sw.set_host_pool_limit(self.host_pool, dev)
+        before = sw.get_memory_budget(dev)
+        try:
+            if self.budget is not None:
+                total = sw.memory_info(dev).device_total
+                sw.set_memory_budget(self.budget, dev)
+                got = sw.get_memory_budget(dev)
+                if total and got and got > total:
+                    raise ValueError(
+                        f"budget {self.budget!r} ({got} bytes) is larger "
+                        f"than {dev.name}, which has {total} bytes")
+            if self.host_pool is not None:
+                sw.set_host_pool_limit(self.host_pool, dev)
+        except BaseException:
+            sw.set_memory_budget(before, dev)  # a failed setup changes nothing
+            raise
         # max_reserved then tells the most this worker held at once.
         sw.reset_peak_memory(dev)
         return dev
