@@ -116,7 +116,7 @@ def bench_pipeline(sw, quick):
     results = {}
     for label, b in [("no budget", None), ("budget", budget)]:
         with sd.LocalSpillwayCluster(n_workers=2, budget=b,
-                                     dashboard_address=None) as cluster, \
+                                     dashboard_address=":0") as cluster, \
                 Client(cluster) as client:
             client.run(lambda: None)
             dask_pipeline.run(client, 2, n, check=False)  # warm up

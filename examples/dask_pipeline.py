@@ -161,7 +161,7 @@ def main(argv=None):
     from distributed import Client
     with sd.LocalSpillwayCluster(n_workers=args.workers, budget=budget,
                                  processes=not args.threads,
-                                 dashboard_address=None) as cluster, \
+                                 dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         blocks = args.blocks
         if blocks is None:

@@ -53,7 +53,7 @@ procs_only_here = pytest.mark.skipif(
     "ASan each loads the sanitizer runtimes (slow on CI); on another "
     "default device they would rerun the same sim:k workers")
 
-CLUSTER_ARGS = dict(dashboard_address=None, silence_logs=False)
+CLUSTER_ARGS = dict(dashboard_address=":0", silence_logs=False)
 
 
 def settle(client, timeout=120):
