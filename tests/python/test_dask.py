@@ -117,6 +117,23 @@ def test_import_spillway_does_not_import_dask():
                    env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
 
 
+def test_a_process_with_distributed_registers_on_import():
+    """A worker without the plugin imports spillway when it unpickles the
+    Array type: spillway then registers the serializers itself, so it reads
+    what a worker with the plugin sends."""
+    code = ("import distributed, spillway, sys; "
+            "from distributed.protocol import dask_deserialize; "
+            "dask_deserialize.dispatch(spillway.Array); "
+            "assert 'spillway.dask' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
+                   env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+
+
+def test_worker_device_outside_a_worker_is_the_default():
+    assert sd.worker_device() == sw.Device()
+    assert sd.worker_stats() == {}
+
+
 def test_sizeof_is_the_arrays_bytes(sim):
     from dask.sizeof import sizeof
     a = sw.zeros((1024, 1024), dtype="float32", device=sim)
