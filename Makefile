@@ -122,7 +122,8 @@ help:
 	@echo "make test       bootstrap, build all three build dirs, run every suite"
 	@echo "make build      bootstrap and build build/ (the default)"
 	@echo "make bench      release build, then run the benchmarks in build-release/bench"
-	@echo "                and bench/bench_python.py, bench_queues.py, bench_interop.py"
+	@echo "                and bench/bench_python.py, bench_queues.py, bench_interop.py,"
+	@echo "                bench_dask.py"
 	@echo "make bootstrap  install missing system packages and the venv only"
 	@echo "make coverage-hostoom  which host-allocation failure paths the fault tests reach"
 	@echo "make clean      remove the build directories (keeps .venv)"
@@ -203,6 +204,8 @@ bench: build-release
 	  $(VENV)/bin/python bench/bench_queues.py --build build-release; \
 	  echo "== bench/bench_interop.py"; \
 	  $(VENV)/bin/python bench/bench_interop.py --build build-release; \
+	  echo "== bench/bench_dask.py"; \
+	  $(VENV)/bin/python bench/bench_dask.py --build build-release; \
 	fi
 
 # Every SW_ERR_HOST_OOM return of the core reached by the host-allocation

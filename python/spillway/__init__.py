@@ -79,6 +79,7 @@ from ._spillway import (
     reset_accumulated_memory_stats,
     reset_peak_memory,
     scale,
+    set_host_pool_limit,
     set_memory_budget,
     sum,
     synchronize,
@@ -93,6 +94,14 @@ from .plot import plot_memory_history
 # Python host tasks take the GIL on their queue's thread: wait for them
 # before the interpreter finalizes (they could never get it then).
 _atexit.register(_spillway_atexit)
+
+# Importing spillway never imports Dask.  In a process that has imported
+# distributed already (a Dask worker unpickling its first spillway type, a
+# client), spillway.dask costs nothing more and registers the arrays' sizes
+# and serializers, so that a worker without the plugin still reads what a
+# worker with it sends (docs/dask.md).
+if "distributed" in __import__("sys").modules:
+    from . import dask as _dask  # noqa: F401
 
 __all__ = [
     "ALLOC_GRANULARITY",
@@ -130,6 +139,7 @@ __all__ = [
     "reset_accumulated_memory_stats",
     "reset_peak_memory",
     "scale",
+    "set_host_pool_limit",
     "set_memory_budget",
     "sum",
     "synchronize",

@@ -406,7 +406,71 @@ static PyObject *mod_devices(PyObject *m, PyObject *unused)
     return list;
 }
 
+/* _device_specs(): the specs devices() would open, without opening them
+ * (spillway.dask counts a kind's devices in the client process, which
+ * should hold no device context of its own). */
+static PyObject *mod_device_specs(PyObject *m, PyObject *unused)
+{
+    (void)unused;
+    sw_py_state *st = sw_py_module_state(m);
+    size_t n = 0;
+    int rc;
+    NOGIL(rc = sw_device_count(&n));
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        char spec[64];
+        NOGIL(rc = sw_device_spec_at(i, spec, sizeof spec));
+        if (rc == SW_ERR_NO_DEVICE)
+            break; /* the count shrank meanwhile */
+        if (rc != SW_OK) {
+            Py_DECREF(list);
+            return sw_py_raise(st, rc);
+        }
+        PyObject *s = PyUnicode_FromString(spec);
+        if (s == NULL || PyList_Append(list, s) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(s);
+    }
+    return list;
+}
+
+/* _set_default_device(device): the Device that device=None means from now
+ * on in this process, or None to resolve $SPILLWAY_DEVICE (else sim:0)
+ * again on the next use.  Returns the previous default (or None).  For
+ * spillway.dask: a worker process's tasks allocate on the worker's device. */
+static PyObject *mod_set_default_device(PyObject *m, PyObject *obj)
+{
+    sw_py_state *st = sw_py_module_state(m);
+    DeviceObject *d = NULL;
+    if (obj != Py_None) {
+        if (!Py_IS_TYPE(obj, st->device_type)) {
+            PyErr_Format(PyExc_TypeError,
+                         "_set_default_device() takes a Device or None, not "
+                         "%.100s",
+                         Py_TYPE(obj)->tp_name);
+            return NULL;
+        }
+        if (sw_py_device_check_open((DeviceObject *)obj) < 0)
+            return NULL;
+        d = (DeviceObject *)obj;
+    }
+    PyObject *prev =
+        st->default_device ? st->default_device : Py_NewRef(Py_None);
+    st->default_device = d ? Py_NewRef(d) : NULL;
+    return prev; /* the table's reference passes to the caller */
+}
+
 static PyMethodDef device_methods[] = {
+    {"_set_default_device", (PyCFunction)mod_set_default_device, METH_O,
+     "_set_default_device(device)\n--\n\nMake device (a Device, or None "
+     "for $SPILLWAY_DEVICE again) what device=None means; returns the "
+     "previous default."},
+    {"_device_specs", (PyCFunction)(void (*)(void))mod_device_specs,
+     METH_NOARGS,
+     "_device_specs()\n--\n\nThe specs of every device of every backend "
+     "present, without opening them."},
     {"devices", (PyCFunction)(void (*)(void))mod_devices, METH_NOARGS,
      "devices()\n--\n\nEvery device of every backend present, as Device "
      "objects (opening each)."},

@@ -206,7 +206,9 @@ static PyObject *stats_dict(const sw_memory_info *m)
         put_u(d, "reserved_bytes.all.peak", m->peak_reserved) < 0 ||
         put_u(d, "allocation.all.current", m->live_buffers) < 0 ||
         put_u(d, "allocation.all.allocated", m->allocs) < 0 ||
-        put_u(d, "allocation.all.freed", m->frees) < 0;
+        put_u(d, "allocation.all.freed", m->frees) < 0 ||
+        put_u(d, "host_pool", m->host_pool) < 0 ||
+        put_u(d, "host_pool_limit", m->host_pool_limit) < 0;
     if (bad)
         Py_CLEAR(d);
     return d;
@@ -362,6 +364,41 @@ static PyObject *mod_memory_snapshot(PyObject *m, PyObject *const *args,
     return list;
 }
 
+/* set_host_pool_limit(nbytes, device=None): the bound of the device's host
+ * staging pool (idle host memory kept for spills), bytes or a size string;
+ * 0 keeps no idle block.  It is $SPILLWAY_HOST_POOL (or 1 GiB) at open. */
+static PyObject *mod_set_host_pool_limit(PyObject *m, PyObject *const *args,
+                                         Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"nbytes", "device"};
+    PyObject *v[2];
+    if (sw_py_parse_args("set_host_pool_limit", args, nargs, kwnames, names,
+                         2, 2, 1, v) < 0)
+        return NULL;
+    sw_py_state *st = sw_py_module_state(m);
+    if (v[0] == Py_None || PyFloat_Check(v[0])) {
+        PyErr_Format(PyExc_TypeError,
+                     "set_host_pool_limit() takes bytes (an int) or a size "
+                     "('512M'), not %.100s",
+                     Py_TYPE(v[0])->tp_name);
+        return NULL;
+    }
+    DeviceObject *d = sw_py_resolve_device(st, v[1]);
+    if (d == NULL)
+        return NULL;
+    uint64_t bytes = 0;
+    if (sw_py_parse_budget(st, v[0], d, &bytes) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    int rc;
+    SW_PY_DEVICE_CALL(d, rc, sw_set_host_pool_limit(dev_, bytes));
+    Py_DECREF(d);
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef stats_methods[] = {
     FASTKW("memory_stats", mod_memory_stats,
            "memory_stats(device=None)\n--\n\nA dict of the device's figures: "
@@ -374,6 +411,11 @@ static PyMethodDef stats_methods[] = {
            "counters (allocs, frees, spills, restores, bytes and seconds "
            "moved, retries, ooms, gc_runs); in_use, cached, spilled and the "
            "peaks stay."),
+    FASTKW("set_host_pool_limit", mod_set_host_pool_limit,
+           "set_host_pool_limit(nbytes, device=None)\n--\n\nBound the "
+           "device's host staging pool (idle host memory kept for spills) "
+           "to nbytes: bytes (an int) or a size ('512M'); 0 keeps none.  "
+           "memory_stats() shows host_pool and host_pool_limit."),
     FASTKW("mem_get_info", mod_mem_get_info,
            "mem_get_info(device=None)\n--\n\n(free, total) bytes of the "
            "device, as its driver says (torch.cuda.mem_get_info); where the "

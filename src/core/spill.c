@@ -433,7 +433,10 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
             sw__lru_insert_locked(dev, b);
             continue;
         }
-        sw__cache_put_locked(dev, b->mem, b->alloc_size);
+        /* The buffer leaves in_use before its block enters the cache:
+         * max_reserved (the highest in_use + cached) must never count the
+         * block twice.  The trace follows the same order. */
+        uintptr_t mem = b->mem;
         b->mem = 0;
         b->state = SW_SPILLED;
         dev->in_use -= b->alloc_size;
@@ -442,6 +445,7 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
         dev->spilled_bytes_total += b->size;
         *spilled += b->alloc_size;
         SW__TRACE(dev, SW_TRACE_SPILL_BEGIN, b, b->alloc_size, 0, 0);
+        sw__cache_put_locked(dev, mem, b->alloc_size);
         if (x != NULL)
             xfer_attach_locked(dev, b, x);
         else

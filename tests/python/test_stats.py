@@ -178,3 +178,37 @@ def test_memory_summary_never_cuts_the_description_in_a_word(dev):
     for w in words:
         assert w in body.split(), w
     assert all(len(l) == 66 for l in text.splitlines())
+
+
+def test_host_pool_limit(dev):
+    """set_host_pool_limit bounds the host staging pool (bytes or a size
+    string) and memory_stats shows it; bad values change nothing."""
+    before = sw.memory_stats(dev)["host_pool_limit"]
+    try:
+        sw.set_host_pool_limit("8M", dev)
+        assert sw.memory_stats(dev)["host_pool_limit"] == 8 << 20
+        sw.set_host_pool_limit(1 << 20, device=dev)
+        st = sw.memory_stats(dev)
+        assert st["host_pool_limit"] == 1 << 20
+        assert 0 <= st["host_pool"]
+        for bad, exc in [("lots", ValueError), (-1, ValueError),
+                         (None, TypeError), (0.5, TypeError)]:
+            with pytest.raises(exc):
+                sw.set_host_pool_limit(bad, dev)
+        assert sw.memory_stats(dev)["host_pool_limit"] == 1 << 20
+    finally:
+        sw.set_host_pool_limit(before, dev)
+
+
+@pytest.mark.spills
+def test_max_reserved_stays_under_the_budget(dev):
+    """A spill moves a block from in_use to cached: max_reserved (the
+    highest in_use + cached) never counts it twice, so under a budget it
+    never passes the budget (spillway.dask's workers report it)."""
+    sw.set_memory_budget(8 * MiB, dev)
+    sw.reset_peak_memory(dev)
+    xs = [sw.zeros(MiB, dtype="float32", device=dev) for _ in range(5)]
+    st = sw.memory_stats(dev)
+    assert st["spills"] >= 3
+    assert st["max_reserved"] <= 8 * MiB, st["max_reserved"]
+    del xs
