@@ -256,7 +256,7 @@ class SpillwayMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.items and len(self.items) < MAX_ITEMS)
     @rule(data=st.data(), how=st.sampled_from(["copy", "astype", "pickle",
-                                               "pickle4"]))
+                                               "pickle4", "dlpack_copy"]))
     def duplicate(self, data, how):
         it = self.draw_item(data)
         if how == "copy":
@@ -273,6 +273,9 @@ class SpillwayMachine(RuleBasedStateMachine):
                 return
             arr, ok = self.attempt(lambda: it.arr.astype(t))
             want = it.view.astype(t)
+        elif how == "dlpack_copy":
+            arr, ok = self.attempt(lambda: sw.from_dlpack(it.arr, copy=True))
+            want = it.view
         else:
             proto = 5 if how == "pickle" else 4
             arr, ok = self.attempt(
@@ -289,7 +292,7 @@ class SpillwayMachine(RuleBasedStateMachine):
         it = self.draw_item(data)
         a, v = it.arr, it.view
         how = data.draw(st.sampled_from(["flat", "rows", "two", "T",
-                                         "newaxis", "dlpack"]))
+                                         "newaxis", "dlpack", "same"]))
         if how == "flat":
             self.add_view(a.reshape(-1), it, v.reshape(-1))
         elif how == "rows" and a.ndim >= 1 and a.shape[0] > 0:
@@ -310,6 +313,9 @@ class SpillwayMachine(RuleBasedStateMachine):
             b, ok = self.attempt(lambda: sw.from_dlpack(a))
             if ok:
                 self.add_view(b, it, v)     # the device's own: shared
+        elif how == "same":
+            assert sw.asarray(a, device=self.dev) is a
+            assert a.astype(a.dtype, copy=False) is a
 
     @precondition(lambda self: self.items)
     @rule(data=st.data())
@@ -547,13 +553,33 @@ class SpillwayMachine(RuleBasedStateMachine):
             n, ok = self.attempt(lambda: np.from_dlpack(x.arr))
             if ok:
                 assert same_values(n, x.view, x.view.dtype)
-                self.exports.append(("numpy", n, x.base))
+                self.exports.append(("numpy", n, x.base, x.view))
                 STATS["exports"] += 1
         else:
             cap, ok = self.attempt(lambda: x.arr.__dlpack__())
             if ok:
-                self.exports.append(("capsule", cap, x.base))
+                self.exports.append(("capsule", cap, x.base, None))
                 STATS["exports"] += 1
+
+    @precondition(lambda self: self.exports)
+    @rule(data=st.data(), write=st.booleans())
+    def export_use(self, data, write):
+        """Through a NumPy view of device memory: read what the device
+        wrote (after synchronize), or write."""
+        i = data.draw(st.integers(0, len(self.exports) - 1))
+        kind_, n, base, view = self.exports[i]
+        if kind_ != "numpy" or n.size == 0:
+            return
+        sw.synchronize(self.dev)
+        for q in self.queues:
+            sw.order_manager[q].wait()
+        if not any(it.base is base for it in self.items):
+            return  # the model no longer knows its values
+        assert same_values(n, view, view.dtype), (n, view)
+        if write and n.flags.writeable:
+            v = True if kind(n.dtype) == "b" else 2
+            n[...] = v
+            view[...] = v
 
     @precondition(lambda self: self.exports)
     @rule(data=st.data())
@@ -613,6 +639,10 @@ class SpillwayMachine(RuleBasedStateMachine):
             raise AssertionError(f"spilled {m.spilled} != {want_spilled}: "
                                  f"model {model}; device {snap}")
         assert m.in_use + m.spilled == want_total, (m, want_total)
+        snap = sw.memory_snapshot(self.dev)
+        res = sum(e["alloc_size"] for e in snap if e["state"] == "resident")
+        out = sum(e["alloc_size"] for e in snap if e["state"] == "spilled")
+        assert (res, out) == (m.in_use, m.spilled), (res, out, m)
         if self.budget is not None and not self.exports:
             assert m.in_use + m.cached <= self.budget, m
 
