@@ -254,14 +254,20 @@ void sw_py_gc_backoff_reset(void);
 /* No DeviceMemoryError without a full collection.  With the GIL, around a
  * call that can allocate: mark = sw_py_gc_mark() before it; when
  * sw_py_gc_retry_full(rc, mark) says so afterwards, make the call once
- * more between sw_py_gc_force_full(1) and (0).  NOGIL_ALLOC does that. */
-uint64_t sw_py_gc_mark(void);
-int sw_py_gc_retry_full(int rc, uint64_t mark);
+ * more between sw_py_gc_force_full(1) and (0): when its ladder settled
+ * for a young collection and no full one completed since it began.
+ * NOGIL_ALLOC does that. */
+typedef struct {
+    uint64_t full;  /* full collections completed, process-wide */
+    uint64_t young; /* young ones chosen by this thread's callbacks */
+} sw_py_gc_mark_t;
+sw_py_gc_mark_t sw_py_gc_mark(void);
+int sw_py_gc_retry_full(int rc, sw_py_gc_mark_t mark);
 void sw_py_gc_force_full(int on);
 
 #define NOGIL_ALLOC(rc, call)                                                 \
     do {                                                                      \
-        uint64_t gc_mark_ = sw_py_gc_mark();                                  \
+        sw_py_gc_mark_t gc_mark_ = sw_py_gc_mark();                           \
         NOGIL((rc) = (call));                                                 \
         if (sw_py_gc_retry_full((rc), gc_mark_)) {                            \
             sw_py_gc_force_full(1);                                           \

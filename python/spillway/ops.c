@@ -104,7 +104,7 @@ int sw_py_do_op(sw_py_state *st, QueueObject *queue, const sw_py_op *op,
     }
     int queued = 0;
     char msg[512] = "";
-    uint64_t gc_mark = sw_py_gc_mark();
+    sw_py_gc_mark_t gc_mark = sw_py_gc_mark();
     int last_chance = 0;
 again:
     Py_BEGIN_ALLOW_THREADS

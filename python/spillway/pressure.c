@@ -43,6 +43,9 @@
 /* Set on this thread while sw_py_gc_retry_full's retry runs: its ladder's
  * callback collects in full, back-off or not. */
 static _Thread_local int force_full;
+/* Callbacks on this thread that ran a young collection instead of a full
+ * one (or found one running): only their ladders want the retry. */
+static _Thread_local uint64_t young_here;
 
 /* gc.collect(generation) -- which (unlike PyGC_Collect) also runs while
  * gc.disable() is in effect; generation -1 for a full collection.  With the
@@ -96,8 +99,10 @@ int sw_py_gc_on_pressure(sw_device *dev, sw_pressure *p, size_t bytes,
         return 0;
     int64_t quiet = atomic_load(&sw_py_process.gc.quiet_until_ns);
     int young = !force_full && quiet != 0 && sw_py_now_ns() < quiet;
-    if (young)
+    if (young) {
         atomic_fetch_add(&sw_py_process.gc.skipped_backoff, 1);
+        young_here++;
+    }
     /* A full collection completed meanwhile serves this allocation too; a
      * young one only a young one. */
     _Atomic uint64_t *seqp =
@@ -165,21 +170,28 @@ int sw_py_gc_on_pressure(sw_device *dev, sw_pressure *p, size_t bytes,
  * and a callback cannot tell whether spilling will then succeed.  So a
  * callback in the back-off collects only the young generations, and a call
  * from this module that can allocate, should it still fail with SW_ERR_OOM
- * although no full collection completed since it began, is made once more
- * (a failed call changed nothing) with force_full set: that retry's ladder
- * collects in full, through the same callback and locks.
+ * after its ladder settled for a young collection, no full one having
+ * completed since it began, is made once more (a failed call changed
+ * nothing) with force_full set: that retry's ladder collects in full,
+ * through the same callback and locks.  A call whose ladder never reached
+ * the callback (a request over the whole budget) is not retried.
  * ---------------------------------------------------------------------- */
 
-uint64_t sw_py_gc_mark(void)
+sw_py_gc_mark_t sw_py_gc_mark(void)
 {
-    return atomic_load(&sw_py_process.gc.full_seq);
+    sw_py_gc_mark_t m = {atomic_load(&sw_py_process.gc.full_seq),
+                         young_here};
+    return m;
 }
 
-int sw_py_gc_retry_full(int rc, uint64_t mark)
+int sw_py_gc_retry_full(int rc, sw_py_gc_mark_t mark)
 {
     if (rc != SW_ERR_OOM || force_full)
         return 0;
-    if (atomic_load(&sw_py_process.gc.full_seq) != mark)
+    if (young_here == mark.young)
+        return 0; /* its ladder never settled for a young collection (a
+                   * request over the whole budget fails before any) */
+    if (atomic_load(&sw_py_process.gc.full_seq) != mark.full)
         return 0; /* a full collection already ran since the call began */
     if (!Py_IsInitialized() || sw_py_finalizing())
         return 0;

@@ -467,3 +467,22 @@ def test_backoff_oom_always_follows_a_full_collection(
             assert _testing.gc_stats()["full"] == stats["full"] + 1
     finally:
         del views
+
+
+def test_backoff_no_retry_where_no_collection_can_help(sim, long_backoff):
+    """A request over the whole budget fails before the callbacks: it is
+    not made twice (one OOM counted, no full collection for it)."""
+    held, views = start_backoff(sim)
+    try:
+        sw.set_memory_budget(mib(56), sim)
+        before = sw.memory_info(sim)
+        stats = _testing.gc_stats()
+        with pytest.raises(sw.DeviceMemoryError, match="whole budget"):
+            sw.empty(mib(60), device=sim)
+        after = sw.memory_info(sim)
+        assert after.ooms == before.ooms + 1
+        assert _testing.gc_stats()["full"] == stats["full"]
+        assert _testing.gc_stats()["last_chance"] == stats["last_chance"]
+    finally:
+        sw.set_memory_budget(None, sim)
+        del views
