@@ -26,11 +26,14 @@ always device lock -> GIL and never both at once.
 The garbage collector under memory pressure: when an allocation fails on a
 device, before anything is spilled, a callback runs ``gc.collect()`` (even
 under ``gc.disable()``) and the allocation is retried if device memory was
-freed.  Rate limit: a collection that freed no device memory starts a
+freed.  Rate limit: a full collection that freed no device memory starts a
 back-off of max(50 ms, 10 x its duration) during which memory pressure runs
-no collection; a collection that frees memory ends it; one collection runs
-at a time, and a thread that waited while another collected does not
-collect again.  ``memory_info().gc_runs`` counts the collections.
+young collections (``gc.collect(1)``) instead; a full collection that frees
+memory ends it; one collection runs at a time.  No ``DeviceMemoryError``
+without a full collection: a call that still fails for want of memory, with
+none since it began, is made once more with one in its ladder.  A thread
+that waited while another collected does not collect again.
+``memory_info().gc_runs`` counts the collections, young and full.
 
 Queues: ``q = sw.Queue()`` is an in-order stream of work on a device;
 ``sw.add(a, b, queue=q)`` (and scale, axpy, zeros, fill) runs there,

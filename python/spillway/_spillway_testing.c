@@ -440,8 +440,10 @@ static PyObject *mod_gc_stats(PyObject *m, PyObject *unused)
     sw_py_gc_stats s;
     get_state(m)->api->gc_stats(&s);
     return Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:d}", "collections",
-        (unsigned long long)s.collections, "fruitful",
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d}", "collections",
+        (unsigned long long)s.collections, "full",
+        (unsigned long long)s.full, "young", (unsigned long long)s.young,
+        "last_chance", (unsigned long long)s.last_chance, "fruitful",
         (unsigned long long)s.fruitful, "skipped_backoff",
         (unsigned long long)s.skipped_backoff, "skipped_shared",
         (unsigned long long)s.skipped_shared, "backoff_left",

@@ -95,7 +95,7 @@ PyObject *sw_py_array_alloc(sw_py_state *st, DeviceObject *d, sw_dtype dt,
     size_t nbytes = nelem * sw_py_dtypes[dt].size;
     int rc;
     sw_py_device_use(d); /* a close() meanwhile waits for this call */
-    NOGIL(rc = sw_buffer_alloc(dev, nbytes, tag, &buf));
+    NOGIL_ALLOC(rc, sw_buffer_alloc(dev, nbytes, tag, &buf));
     PyObject *r = rc == SW_OK
                       ? sw_py_array_wrap(st, d, buf, dt, ndim, shape, nelem)
                       : sw_py_raise(st, rc);

@@ -389,9 +389,9 @@ static export_ctx *dl_acquire(sw_py_state *st, ArrayObject *a, int how)
         sw_lease *lease = NULL;
         sw_device *dev = a->device->dev;
         if (how == DL_OWN)
-            NOGIL(rc = lease_nogil(a->buf, dev, &mem, &lease));
+            NOGIL_ALLOC(rc, lease_nogil(a->buf, dev, &mem, &lease));
         else
-            NOGIL(rc = devcopy_nogil(a, dev, &mem, &lease));
+            NOGIL_ALLOC(rc, devcopy_nogil(a, dev, &mem, &lease));
         e->lease = lease;
         e->range.mem = mem;
         e->range.size = a->nbytes;

@@ -157,11 +157,12 @@ PyDoc_STRVAR(module_doc,
 "Memory pressure runs the garbage collector: when an allocation fails on a\n"
 "device, before anything is spilled, a callback registered on every\n"
 "device this module opens runs gc.collect() (even under gc.disable()) and\n"
-"retries when device memory was freed.  Rate limit: a collection that\n"
-"freed no device memory starts a back-off of max(50 ms, 10 x its\n"
-"duration) during which no collection runs for pressure; one that frees\n"
-"memory ends it; one collection at a time, and a thread that waited while\n"
-"another collected does not collect again.\n");
+"retries when device memory was freed.  Rate limit: a full collection\n"
+"that freed no device memory starts a back-off of max(50 ms, 10 x its\n"
+"duration) during which pressure runs young collections (gc.collect(1))\n"
+"instead; one that frees memory ends it; one collection at a time.  No\n"
+"DeviceMemoryError without a full collection: a call that still fails\n"
+"for want of memory with none since it began is made once more with one.\n");
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,

@@ -177,6 +177,9 @@ typedef struct {
         _Atomic int64_t min_interval_ns;
         _Atomic int64_t quiet_until_ns; /* 0: no back-off */
         _Atomic uint64_t seq;           /* collections completed */
+        _Atomic uint64_t full_seq;      /* ... of them full ones */
+        _Atomic uint64_t young;         /* ... of them young ones */
+        _Atomic uint64_t last_chance;   /* calls retried for a full one */
         _Atomic uint64_t skipped_backoff;
         _Atomic uint64_t skipped_shared;
         _Atomic uint64_t fruitful;
@@ -247,6 +250,31 @@ int sw_py_gc_on_pressure(sw_device *dev, sw_pressure *p, size_t bytes,
 void sw_py_gc_stats_get(sw_py_gc_stats *out);
 int64_t sw_py_gc_min_interval(int64_t ns);
 void sw_py_gc_backoff_reset(void);
+
+/* No DeviceMemoryError without a full collection.  With the GIL, around a
+ * call that can allocate: mark = sw_py_gc_mark() before it; when
+ * sw_py_gc_retry_full(rc, mark) says so afterwards, make the call once
+ * more between sw_py_gc_force_full(1) and (0): when its ladder settled
+ * for a young collection and no full one completed since it began.
+ * NOGIL_ALLOC does that. */
+typedef struct {
+    uint64_t full;  /* full collections completed, process-wide */
+    uint64_t young; /* young ones chosen by this thread's callbacks */
+} sw_py_gc_mark_t;
+sw_py_gc_mark_t sw_py_gc_mark(void);
+int sw_py_gc_retry_full(int rc, sw_py_gc_mark_t mark);
+void sw_py_gc_force_full(int on);
+
+#define NOGIL_ALLOC(rc, call)                                                 \
+    do {                                                                      \
+        sw_py_gc_mark_t gc_mark_ = sw_py_gc_mark();                           \
+        NOGIL((rc) = (call));                                                 \
+        if (sw_py_gc_retry_full((rc), gc_mark_)) {                            \
+            sw_py_gc_force_full(1);                                           \
+            NOGIL((rc) = (call));                                             \
+            sw_py_gc_force_full(0);                                           \
+        }                                                                     \
+    } while (0)
 
 /* ------------------------------------------------------------------------
  * The map of the package

@@ -86,7 +86,7 @@ int sw_py_do_op(sw_py_state *st, QueueObject *queue, const sw_py_op *op,
 {
     int rc;
     if (queue == NULL) {
-        NOGIL(rc = op_submit(NULL, op));
+        NOGIL_ALLOC(rc, op_submit(NULL, op));
         if (rc != SW_OK) {
             sw_py_raise(st, rc);
             return -1;
@@ -104,6 +104,9 @@ int sw_py_do_op(sw_py_state *st, QueueObject *queue, const sw_py_op *op,
     }
     int queued = 0;
     char msg[512] = "";
+    sw_py_gc_mark_t gc_mark = sw_py_gc_mark();
+    int last_chance = 0;
+again:
     Py_BEGIN_ALLOW_THREADS
     rc = sw_py_manager_wait_foreign_nogil(m);
     if (rc == SW_OK)
@@ -131,6 +134,16 @@ int sw_py_do_op(sw_py_state *st, QueueObject *queue, const sw_py_op *op,
         }
     }
     Py_END_ALLOW_THREADS
+    if (last_chance) {
+        sw_py_gc_force_full(0);
+    } else if (!queued && msg[0] == '\0' &&
+               sw_py_gc_retry_full(rc, gc_mark)) {
+        /* Nothing was submitted: once more, with a full collection in its
+         * ladder (pressure.c). */
+        last_chance = 1;
+        sw_py_gc_force_full(1);
+        goto again;
+    }
     if (!queued)
         sw_py_pytask_free(t);
     Py_DECREF(m);
@@ -386,7 +399,7 @@ PyObject *sw_py_sum(sw_py_state *st, ArrayObject *a)
     sw_scalar s;
     memset(&s, 0, sizeof s);
     int rc;
-    NOGIL(rc = sw_op_sum(a->buf, a->dtype, a->nelem, &s));
+    NOGIL_ALLOC(rc, sw_op_sum(a->buf, a->dtype, a->nelem, &s));
     if (rc != SW_OK)
         return sw_py_raise(st, rc);
     switch (sw_py_dtypes[a->dtype].kind) {

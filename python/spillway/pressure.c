@@ -18,18 +18,21 @@
  * takes the same device lock.
  *
  * Rate limit, process-wide (there is one collector; sw_py_process.gc):
- *  - a collection that frees no device memory starts a back-off: until
+ *  - a full collection that frees no device memory starts a back-off: until
  *    max(gc_min_interval, GC_BACKOFF_FACTOR x its duration) has passed, the
- *    callback returns 0 at once (the allocator goes on to wait, empty the
- *    cache and spill, or fails);
- *  - a collection that frees device memory ends the back-off;
+ *    callback runs a young collection (gc.collect(1)) instead, which finds
+ *    the garbage made since then before the allocator spills it;
+ *  - a full collection that frees device memory ends the back-off;
  *  - one collection at a time: a callback that had to wait for the GIL
  *    while another collection ran does not collect again, it just lets
  *    the allocation retry;
  *  - the allocator runs the callbacks at most once per allocation.
- * So a program that is simply out of memory spends at most about a tenth
- * of its time in fruitless collections, and a workload that spills on
- * every step does not collect on every step.
+ * And no DeviceMemoryError without a full collection: a call of this module
+ * that can allocate and fails with SW_ERR_OOM, no full collection having
+ * completed since it began, is made once more with force_full set
+ * (NOGIL_ALLOC, module.h), so its ladder collects in full.  A workload that
+ * spills on every step thus runs young collections only while a back-off
+ * lasts, and each DeviceMemoryError costs one full collection.
  */
 
 #include "device.h"
@@ -37,17 +40,27 @@
 
 #define GC_BACKOFF_FACTOR 10
 
-/* gc.collect(), which (unlike PyGC_Collect) also runs while gc.disable()
- * is in effect.  With the GIL; any exception it raises is reported as
- * unraisable, and an exception already set is preserved. */
-static void run_collect(void)
+/* Set on this thread while sw_py_gc_retry_full's retry runs: its ladder's
+ * callback collects in full, back-off or not. */
+static _Thread_local int force_full;
+/* Callbacks on this thread that ran a young collection instead of a full
+ * one (or found one running): only their ladders want the retry. */
+static _Thread_local uint64_t young_here;
+
+/* gc.collect(generation) -- which (unlike PyGC_Collect) also runs while
+ * gc.disable() is in effect; generation -1 for a full collection.  With the
+ * GIL; any exception it raises is reported as unraisable, and an exception
+ * already set is preserved. */
+static void run_collect(int generation)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyObject *gc = PyImport_ImportModule("gc");
     PyObject *r = NULL;
     if (gc != NULL) {
-        r = PyObject_CallMethod(gc, "collect", NULL);
+        r = generation < 0 ? PyObject_CallMethod(gc, "collect", NULL)
+                           : PyObject_CallMethod(gc, "collect", "i",
+                                                 generation);
         Py_DECREF(gc);
     }
     if (r == NULL)
@@ -68,7 +81,13 @@ static void run_collect(void)
  *     itself);
  *  4. release the GIL BEFORE re-taking the device lock (sw_pressure_relock),
  *     and return with the lock held, as entered.
- * Never take the GIL while the interpreter finalizes: it would never come. */
+ * Never take the GIL while the interpreter finalizes: it would never come.
+ *
+ * Outside a back-off it collects in full; inside one, only the young
+ * generations (gc.collect(1): the cycles made since the fruitless full
+ * collection live there, and collecting generation 1, not only 0, keeps
+ * promoting survivors to the oldest generation, which cpython#122567 shows
+ * gc.collect(0) alone would starve). */
 int sw_py_gc_on_pressure(sw_device *dev, sw_pressure *p, size_t bytes,
                          void *user)
 {
@@ -79,11 +98,16 @@ int sw_py_gc_on_pressure(sw_device *dev, sw_pressure *p, size_t bytes,
     if (!atomic_load(&ctx->alive))
         return 0;
     int64_t quiet = atomic_load(&sw_py_process.gc.quiet_until_ns);
-    if (quiet != 0 && sw_py_now_ns() < quiet) {
+    int young = !force_full && quiet != 0 && sw_py_now_ns() < quiet;
+    if (young) {
         atomic_fetch_add(&sw_py_process.gc.skipped_backoff, 1);
-        return 0;
+        young_here++;
     }
-    uint64_t seq0 = atomic_load(&sw_py_process.gc.seq);
+    /* A full collection completed meanwhile serves this allocation too; a
+     * young one only a young one. */
+    _Atomic uint64_t *seqp =
+        young ? &sw_py_process.gc.seq : &sw_py_process.gc.full_seq;
+    uint64_t seq0 = atomic_load(seqp);
     sw_py_ctx_ref(ctx);
 
     /* The device lock goes first: never hold it while taking the GIL. */
@@ -95,16 +119,20 @@ int sw_py_gc_on_pressure(sw_device *dev, sw_pressure *p, size_t bytes,
     if (Py_IsInitialized() && !sw_py_finalizing()) {
         PyGILState_STATE g = PyGILState_Ensure();
         if (atomic_load(&ctx->alive) && !sw_py_finalizing()) {
-            if (atomic_load(&sw_py_process.gc.seq) != seq0) {
+            if (atomic_load(seqp) != seq0) {
                 /* Another thread collected while this one waited. */
                 atomic_fetch_add(&sw_py_process.gc.skipped_shared, 1);
             } else {
                 uint64_t r0 = sw_py_thread.released;
                 int64_t t0 = sw_py_now_ns();
-                run_collect();
+                run_collect(young ? 1 : -1);
                 int64_t t1 = sw_py_now_ns();
                 released_here = sw_py_thread.released != r0;
-                if (released_here) {
+                if (young) {
+                    /* Says nothing of what a full one would find: the
+                     * back-off stands. */
+                    atomic_fetch_add(&sw_py_process.gc.young, 1);
+                } else if (released_here) {
                     atomic_store(&sw_py_process.gc.quiet_until_ns, 0);
                     atomic_fetch_add(&sw_py_process.gc.fruitful, 1);
                 } else {
@@ -114,6 +142,8 @@ int sw_py_gc_on_pressure(sw_device *dev, sw_pressure *p, size_t bytes,
                     atomic_store(&sw_py_process.gc.quiet_until_ns,
                                  t1 + (wait > min ? wait : min));
                 }
+                if (!young)
+                    atomic_fetch_add(&sw_py_process.gc.full_seq, 1);
                 atomic_fetch_add(&sw_py_process.gc.seq, 1);
                 ran = 1;
             }
@@ -134,6 +164,47 @@ int sw_py_gc_on_pressure(sw_device *dev, sw_pressure *p, size_t bytes,
 }
 
 /* ------------------------------------------------------------------------
+ * The last chance: no DeviceMemoryError without a full collection
+ *
+ * The allocator runs the callbacks once per allocation, before it spills,
+ * and a callback cannot tell whether spilling will then succeed.  So a
+ * callback in the back-off collects only the young generations, and a call
+ * from this module that can allocate, should it still fail with SW_ERR_OOM
+ * after its ladder settled for a young collection, no full one having
+ * completed since it began, is made once more (a failed call changed
+ * nothing) with force_full set: that retry's ladder collects in full,
+ * through the same callback and locks.  A call whose ladder never reached
+ * the callback (a request over the whole budget) is not retried.
+ * ---------------------------------------------------------------------- */
+
+sw_py_gc_mark_t sw_py_gc_mark(void)
+{
+    sw_py_gc_mark_t m = {atomic_load(&sw_py_process.gc.full_seq),
+                         young_here};
+    return m;
+}
+
+int sw_py_gc_retry_full(int rc, sw_py_gc_mark_t mark)
+{
+    if (rc != SW_ERR_OOM || force_full)
+        return 0;
+    if (young_here == mark.young)
+        return 0; /* its ladder never settled for a young collection (a
+                   * request over the whole budget fails before any) */
+    if (atomic_load(&sw_py_process.gc.full_seq) != mark.full)
+        return 0; /* a full collection already ran since the call began */
+    if (!Py_IsInitialized() || sw_py_finalizing())
+        return 0;
+    atomic_fetch_add(&sw_py_process.gc.last_chance, 1);
+    return 1;
+}
+
+void sw_py_gc_force_full(int on)
+{
+    force_full = on;
+}
+
+/* ------------------------------------------------------------------------
  * For the tests (testapi.c lends these to spillway._spillway_testing)
  * ---------------------------------------------------------------------- */
 
@@ -142,6 +213,9 @@ void sw_py_gc_stats_get(sw_py_gc_stats *out)
     int64_t q = atomic_load(&sw_py_process.gc.quiet_until_ns);
     int64_t now = sw_py_now_ns();
     out->collections = atomic_load(&sw_py_process.gc.seq);
+    out->full = atomic_load(&sw_py_process.gc.full_seq);
+    out->young = atomic_load(&sw_py_process.gc.young);
+    out->last_chance = atomic_load(&sw_py_process.gc.last_chance);
     out->fruitful = atomic_load(&sw_py_process.gc.fruitful);
     out->skipped_backoff = atomic_load(&sw_py_process.gc.skipped_backoff);
     out->skipped_shared = atomic_load(&sw_py_process.gc.skipped_shared);

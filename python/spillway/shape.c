@@ -37,28 +37,25 @@ static int parse_dim(PyObject *item, PyObject *whole, Py_ssize_t *out)
 }
 
 /* nelem * itemsize without overflow, within Py_ssize_t; -1 with
- * ValueError otherwise. */
+ * ValueError otherwise.  As NumPy does, the product of the non-zero
+ * dimensions (times itemsize) must fit even when another dimension is 0:
+ * an empty array of shape (2**62, 2**62, 0) is still too big to describe
+ * (its strides overflow, and NumPy refuses it). */
 int sw_py_shape_sizes(const Py_ssize_t *shape, int ndim, size_t itemsize,
                       PyObject *whole, size_t *nelem, size_t *nbytes)
 {
-    size_t n = 1;
-    for (int i = 0; i < ndim; i++) {
+    size_t n = 1; /* the product of the non-zero dimensions */
+    int empty = 0, over = 0;
+    for (int i = 0; i < ndim && !over; i++) {
         size_t d = (size_t)shape[i];
-        if (d != 0 && n > (size_t)PY_SSIZE_T_MAX / d) {
-            n = SIZE_MAX;
-            break;
-        }
-        n *= d;
+        if (d == 0)
+            empty = 1;
+        else if (n > (size_t)PY_SSIZE_T_MAX / d)
+            over = 1;
+        else
+            n *= d;
     }
-    if (n == SIZE_MAX || n > (size_t)PY_SSIZE_T_MAX / itemsize) {
-        /* A zero dimension later on makes it empty after all. */
-        for (int i = 0; i < ndim; i++) {
-            if (shape[i] == 0) {
-                *nelem = 0;
-                *nbytes = 0;
-                return 0;
-            }
-        }
+    if (over || n > (size_t)PY_SSIZE_T_MAX / itemsize) {
         if (whole != NULL)
             PyErr_Format(PyExc_ValueError,
                          "an array of shape %R is too big (its size "
@@ -69,8 +66,8 @@ int sw_py_shape_sizes(const Py_ssize_t *shape, int ndim, size_t itemsize,
                             "array is too big (its size overflows)");
         return -1;
     }
-    *nelem = n;
-    *nbytes = n * itemsize;
+    *nelem = empty ? 0 : n;
+    *nbytes = *nelem * itemsize;
     return 0;
 }
 

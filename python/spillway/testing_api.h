@@ -28,12 +28,15 @@
 #include <stdint.h>
 
 #define SW_PY_TESTING_API_CAPSULE "spillway._spillway._testing_api"
-#define SW_PY_TESTING_API_VERSION 1
+#define SW_PY_TESTING_API_VERSION 2
 
 /* The pressure collector's counters (process-wide: pressure.c). */
 typedef struct {
     uint64_t collections, fruitful, skipped_backoff, skipped_shared;
     int64_t backoff_left_ns;
+    /* Appended in version 2: full and young collections (their sum is
+     * collections), and retries made for a full one before an OOM. */
+    uint64_t full, young, last_chance;
 } sw_py_gc_stats;
 
 /* Live objects of the module, and Python host tasks not yet finished

@@ -95,6 +95,17 @@ PyObject *sw_py_array_reshape(ArrayObject *a, PyObject *args)
         }
         return NULL;
     }
+    /* The product above saturates, and a zero dimension hides an overflow
+     * of the others: (2**62, 2**62, 0) must be refused as at creation. */
+    size_t nelem, nbytes;
+    PyObject *want = sw_py_shape_tuple(shape, (int)n);
+    if (want == NULL)
+        return NULL;
+    int bad = sw_py_shape_sizes(shape, (int)n, sw_py_dtypes[a->dtype].size,
+                                want, &nelem, &nbytes) < 0;
+    Py_DECREF(want);
+    if (bad)
+        return NULL;
     int rc;
     NOGIL(rc = sw_buffer_retain(a->buf));
     if (rc != SW_OK)

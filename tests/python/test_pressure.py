@@ -299,35 +299,46 @@ def test_lock_path_3_plain_c_thread(sim, gc_off):
 
 
 def test_gc_rate_limit(sim):
+    """A fruitless full collection backs off the next full ones: while it
+    lasts, an allocation that spilling can satisfy runs only a young
+    collection (no storm of full ones in a workload that spills on every
+    step); a reset (or a fruitful collection) ends it."""
     old = _testing.gc_backoff(30.0)
     held = [sw.zeros(mib(16), device=sim, tag="pinned") for _ in range(3)]
     views = [np.from_dlpack(a) for a in held]
     try:
-        def attempt():
-            with pytest.raises(sw.DeviceMemoryError):
-                sw.empty(mib(24), device=sim)
-
         def runs():
             return sw.memory_info(sim).gc_runs
 
         r0 = runs()
-        attempt()                      # a fruitless collection ...
+        with pytest.raises(sw.DeviceMemoryError):
+            sw.empty(mib(24), device=sim)  # a fruitless collection ...
         assert runs() == r0 + 1
         assert _testing.gc_stats()["backoff_left"] > 20  # ... backs off
-        skipped = _testing.gc_stats()["skipped_backoff"]
-        attempt()
-        attempt()
-        assert runs() == r0 + 1        # no collection meanwhile
-        assert _testing.gc_stats()["skipped_backoff"] == skipped + 2
+        s = _testing.gc_stats()
+        spills = sw.memory_info(sim).spills
+        x = sw.zeros(mib(10), device=sim, tag="x")
+        for i in range(3):                  # 48 + 10 + 10 > 64: spill x
+            y = sw.zeros(mib(10), device=sim, tag=f"y{i}")
+            x, y = y, None
+        now = _testing.gc_stats()
+        assert sw.memory_info(sim).spills >= spills + 3
+        assert now["full"] == s["full"]     # no full collection meanwhile
+        assert now["young"] == s["young"] + 3
+        assert now["skipped_backoff"] == s["skipped_backoff"] + 3
+        assert runs() == r0 + 4
+        del x
         _testing.gc_backoff_reset()
-        attempt()
-        assert runs() == r0 + 2
+        with pytest.raises(sw.DeviceMemoryError):
+            sw.empty(mib(24), device=sim)
+        assert _testing.gc_stats()["full"] == now["full"] + 1
         # A collection that frees memory ends the back-off.
+        assert _testing.gc_stats()["backoff_left"] > 20
         _testing.gc_backoff_reset()
         gc.disable()
         refs = make_cycles(sim, 1, 8)
         x = sw.empty(mib(12), device=sim)  # 48 + 8 + 12 > 64
-        assert runs() == r0 + 3 and refs[0]() is None
+        assert refs[0]() is None
         assert _testing.gc_stats()["backoff_left"] == 0
         del x
     finally:
@@ -341,3 +352,137 @@ def test_rate_limit_rule_is_documented():
     assert "gc.collect()" in doc and "50 ms" in doc and "10 x" in doc
     assert sw.GC_BACKOFF_FACTOR == 10 if hasattr(sw, "GC_BACKOFF_FACTOR") \
         else sw._spillway.GC_BACKOFF_FACTOR == 10
+
+
+# ---------------------------------------------------------------------------
+# The back-off is sound (issue 11.6).  Each test starts the back-off itself,
+# with a fruitless collection, as a program would: conftest.py's reset
+# between tests must not be what makes them pass.
+
+
+def start_backoff(d):
+    """Fill d with exported (unspillable) arrays, fail an allocation: its
+    collection frees nothing, so a back-off starts.  Returns the holders."""
+    held = [sw.zeros(mib(16), device=d, tag="pinned") for _ in range(3)]
+    views = [np.from_dlpack(a) for a in held]
+    with pytest.raises(sw.DeviceMemoryError):
+        sw.empty(mib(24), device=d, tag="first")
+    assert _testing.gc_stats()["backoff_left"] > 20
+    return held, views
+
+
+class ExportedCycle(Cycle):
+    """A cycle holding an array and a NumPy view of it (a DLPack lease): the
+    array cannot be spilled while the cycle lives."""
+
+    def __init__(self, a):
+        super().__init__(a)
+        self.view = np.from_dlpack(a)
+
+
+@pytest.fixture
+def long_backoff():
+    old = _testing.gc_backoff(30.0)
+    yield
+    _testing.gc_backoff(old)
+
+
+def test_backoff_unspillable_garbage_made_after_it_is_collected(
+        sim, gc_off, long_backoff):
+    """Cycles made and dropped right after a fruitless collection hold the
+    whole device through exports: the next allocation must collect them,
+    not raise DeviceMemoryError."""
+    held, views = start_backoff(sim)
+    del held, views
+    refs = []
+    for i in range(3):
+        c = ExportedCycle(sw.zeros(mib(16), device=sim, tag=f"c{i}"))
+        refs.append(weakref.ref(c.arrays[0]))
+        del c
+    before = sw.memory_info(sim)
+    assert before.in_use >= 48 * MiB
+    assert _testing.gc_stats()["backoff_left"] > 20   # still backing off
+    big = sw.empty(mib(24), device=sim, tag="big")
+    after = sw.memory_info(sim)
+    assert all(r() is None for r in refs)
+    assert after.gc_runs > before.gc_runs
+    assert after.spills == before.spills
+    del big
+
+
+def test_backoff_spillable_garbage_is_collected_not_spilled(
+        sim, gc_off, long_backoff):
+    """Cycles of spillable arrays made after a fruitless collection are
+    collected (a young collection) before anything is spilled."""
+    held, views = start_backoff(sim)
+    del held, views
+    refs = make_cycles(sim, 3, 16)                 # 48 MiB of garbage
+    before = sw.memory_info(sim)
+    stats = _testing.gc_stats()
+    big = sw.empty(mib(24), device=sim, tag="big")
+    after = sw.memory_info(sim)
+    assert all(r() is None for r in refs)
+    assert after.spills == before.spills           # collected, not spilled
+    assert after.spilled == 0
+    assert after.gc_runs == before.gc_runs + 1
+    # ... by a young collection: the full one is still backed off.
+    now = _testing.gc_stats()
+    assert now["full"] == stats["full"] and now["young"] == stats["young"] + 1
+    del big
+
+
+def test_backoff_old_garbage_gets_a_full_collection_before_oom(
+        sim, gc_off, long_backoff):
+    """Garbage a young collection cannot see (it survived a full collection
+    while alive) still holds the device when an allocation would fail in the
+    back-off: a full collection runs before any DeviceMemoryError."""
+    cycles = [ExportedCycle(sw.zeros(mib(16), device=sim, tag=f"old{i}"))
+              for i in range(3)]
+    refs = [weakref.ref(c.arrays[0]) for c in cycles]
+    gc.collect()                          # now in the oldest generation
+    with pytest.raises(sw.DeviceMemoryError):
+        sw.empty(mib(24), device=sim)     # fruitless: they are alive
+    assert _testing.gc_stats()["backoff_left"] > 20
+    del cycles                            # old garbage now
+    stats = _testing.gc_stats()
+    before = sw.memory_info(sim)
+    big = sw.empty(mib(24), device=sim, tag="big")
+    after = sw.memory_info(sim)
+    assert all(r() is None for r in refs)
+    assert after.spills == before.spills
+    assert _testing.gc_stats()["full"] == stats["full"] + 1
+    del big
+
+
+def test_backoff_oom_always_follows_a_full_collection(
+        sim, long_backoff):
+    held, views = start_backoff(sim)
+    try:
+        for _ in range(3):
+            stats = _testing.gc_stats()
+            before = sw.memory_info(sim)
+            with pytest.raises(sw.DeviceMemoryError):
+                sw.empty(mib(24), device=sim)
+            assert sw.memory_info(sim).gc_runs > before.gc_runs
+            assert _testing.gc_stats()["full"] == stats["full"] + 1
+    finally:
+        del views
+
+
+def test_backoff_no_retry_where_no_collection_can_help(sim, long_backoff):
+    """A request over the whole budget fails before the callbacks: it is
+    not made twice (one OOM counted, no full collection for it)."""
+    held, views = start_backoff(sim)
+    try:
+        sw.set_memory_budget(mib(56), sim)
+        before = sw.memory_info(sim)
+        stats = _testing.gc_stats()
+        with pytest.raises(sw.DeviceMemoryError, match="whole budget"):
+            sw.empty(mib(60), device=sim)
+        after = sw.memory_info(sim)
+        assert after.ooms == before.ooms + 1
+        assert _testing.gc_stats()["full"] == stats["full"]
+        assert _testing.gc_stats()["last_chance"] == stats["last_chance"]
+    finally:
+        sw.set_memory_budget(None, sim)
+        del views
