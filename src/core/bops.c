@@ -324,12 +324,17 @@ sw__bqueue *sw__b_copy_queue(sw_device *dev)
     return dev->ops->copy_queue(dev->b);
 }
 
-int sw__b_queue_idle(sw_device *dev, sw__bqueue *q)
+int sw__b_queue_idle_or(sw_device *dev, sw__bqueue *q, int unknown)
 {
     sw__assert_locked(dev);
     if (dev->ops->version < 3 || dev->ops->queue_idle == NULL)
-        return 0;
-    return dev->ops->queue_idle(q);
+        return unknown;
+    return dev->ops->queue_idle(q) != 0;
+}
+
+int sw__b_queue_idle(sw_device *dev, sw__bqueue *q)
+{
+    return sw__b_queue_idle_or(dev, q, 0);
 }
 
 int sw__b_host_alloc(sw_device *dev, size_t size, void **out)

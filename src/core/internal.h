@@ -628,6 +628,8 @@ int sw__b_write_q(sw_device *dev, sw__bqueue *q, uintptr_t dst, size_t off,
 int sw__b_wait_event(sw_device *dev, sw__bqueue *q, sw__bevent *ev);
 /* 1 when nothing is queued on q; 0 when busy or the backend cannot say. */
 int sw__b_queue_idle(sw_device *dev, sw__bqueue *q);
+/* The same, but `unknown` when the backend has no queue_idle. */
+int sw__b_queue_idle_or(sw_device *dev, sw__bqueue *q, int unknown);
 /* Page-locked host memory; SW_ERR_UNSUPPORTED when the backend has none. */
 int sw__b_host_alloc(sw_device *dev, size_t size, void **out);
 void sw__b_host_free(sw_device *dev, void *p, size_t size);
