@@ -60,6 +60,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SIM__MAX_DEVICES 64
 #define SIM__DEFAULT_MEMORY (UINT64_C(1) << 30)
@@ -133,6 +134,7 @@ struct sw__bevent {
     /* Queues stalled on this event by a WAIT command (linked through their
      * rnext): the event's completion hands them back to the pool. */
     sw__bqueue *parked;
+    double t; /* CLOCK_MONOTONIC seconds when it completed (event_elapsed) */
 };
 
 static sw__bevent *sim__event_of(sim__link *l)
@@ -276,9 +278,18 @@ static void sim__pool_ready(sw__bqueue *q);
 
 /* Done, waking host waiters and handing the queues parked on it back to
  * the pool; then the marker's reference goes. */
+static double sim__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void sim__event_complete(sw__bevent *ev)
 {
+    double t = sim__now();
     pthread_mutex_lock(&ev->mu);
+    ev->t = t;
     ev->done = 1;
     pthread_cond_broadcast(&ev->cv);
     sw__bqueue *parked = ev->parked;
@@ -1092,6 +1103,7 @@ static int sim_event_record(sw__bqueue *q, sw__bevent **out)
     int idle = !q->head && q->completed == q->submitted;
     pthread_mutex_unlock(&q->mu);
     ev->done = idle;
+    ev->t = idle ? sim__now() : 0;
     ev->refs = idle ? 1 : 2;
     if (!idle) {
         ev->marker.kind = SIM__CMD_MARKER;
@@ -1121,6 +1133,26 @@ static int sim_event_wait(sw__bevent *ev)
     while (!ev->done)
         pthread_cond_wait(&ev->cv, &ev->mu);
     pthread_mutex_unlock(&ev->mu);
+    return SW_OK;
+}
+
+/* The completion times' difference: the work between the two ran on the
+ * queue's worker in that time (in order, so none of it before `from`). */
+static int sim_event_elapsed(sw__bevent *from, sw__bevent *to,
+                             double *seconds)
+{
+    pthread_mutex_lock(&from->mu);
+    int done = from->done;
+    double t0 = from->t;
+    pthread_mutex_unlock(&from->mu);
+    pthread_mutex_lock(&to->mu);
+    done = done && to->done;
+    double t1 = to->t;
+    pthread_mutex_unlock(&to->mu);
+    if (!done)
+        return sw__errorf(SW_ERR_INVALID_ARG, "sim: elapsed time of an "
+                          "event not yet complete");
+    *seconds = t1 > t0 ? t1 - t0 : 0;
     return SW_OK;
 }
 
@@ -1167,4 +1199,5 @@ const sw__backend_ops sw__sim_backend = {
     .wait_event = sim_wait_event,
     .copy_queue = sim_copy_queue,
     .queue_idle = sim_queue_idle,
+    .event_elapsed = sim_event_elapsed,
 };

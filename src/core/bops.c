@@ -291,6 +291,25 @@ int sw__b_event_query(const sw__backend_ops *ops, sw__bevent *ev, int *done)
     return ops->event_query(ev, done); /* never blocks: any lock state */
 }
 
+int sw__b_event_elapsed(const sw__backend_ops *ops, sw__bevent *from,
+                        sw__bevent *to, double *seconds)
+{
+    *seconds = 0;
+    if (ops->version < 4 || ops->event_elapsed == NULL)
+        return SW_ERR_UNSUPPORTED;
+    return ops->event_elapsed(from, to, seconds); /* never blocks */
+}
+
+sw__bevent *sw__b_timing_start(sw_device *dev, sw__bqueue *q)
+{
+    sw__assert_locked(dev);
+    sw__bevent *ev = NULL;
+    if (dev->ops->version < 4 || dev->ops->event_elapsed == NULL ||
+        dev->ops->event_record(q, &ev) != SW_OK)
+        return NULL;
+    return ev;
+}
+
 int sw__b_event_wait(const sw__backend_ops *ops, sw__bevent *ev)
 {
     sw__assert_unlocked();

@@ -218,6 +218,10 @@ typedef struct sw__xfer {
     bool done;     /* observed complete */
     int rc;        /* the copies' result, once done */
     double t0;     /* when queued */
+    /* Recorded on the copy queue just before the copies, where the backend
+     * can time events (event_elapsed): their seconds are then the
+     * device's, from start to ev.  NULL otherwise. */
+    sw__bevent *start;
 } sw__xfer;
 
 /* The host staging pool (hostpool.c): idle host blocks for host copies. */
@@ -613,6 +617,13 @@ int sw__b_launch(sw_device *dev, sw__bqueue *q, const sw_kernel_args *args);
 int sw__b_event_record(sw_device *dev, sw__bevent **ev);
 int sw__b_event_record_q(sw_device *dev, sw__bqueue *q, sw__bevent **ev);
 int sw__b_event_query(const sw__backend_ops *ops, sw__bevent *ev, int *done);
+/* Device seconds between two complete events of a queue; SW_ERR_UNSUPPORTED
+ * without the backend's event_elapsed. */
+int sw__b_event_elapsed(const sw__backend_ops *ops, sw__bevent *from,
+                        sw__bevent *to, double *seconds);
+/* An event to time copies from (see sw__xfer.start): NULL when the
+ * backend cannot time events, or no event can be had (nothing fails). */
+sw__bevent *sw__b_timing_start(sw_device *dev, sw__bqueue *q);
 int sw__b_event_wait(const sw__backend_ops *ops, sw__bevent *ev);
 void sw__b_event_release(const sw__backend_ops *ops, sw__bevent *ev);
 int sw__b_synchronize(const sw__backend_ops *ops, sw__bqueue *q);

@@ -11,6 +11,8 @@
  *     copy queue that waits for the default queue's fill), always says so
  *     once the queue was synchronized, and (sim) an event recorded on an
  *     idle queue is complete;
+ *   - event_elapsed (version 4, the sim): device time between two events,
+ *     never the wait before them;
  *   - queues stalled on one another's events in a chain longer than the
  *     simulated device's worker pool (parked, then resumed in order);
  *   - all of it from several threads at once, each on a device of its own
@@ -25,6 +27,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The ops table and index of the device under test; skips for a backend
  * this file does not cover. */
@@ -245,6 +248,71 @@ TEST(backend_queue_idle)
     if (!idle_rounds(&b, 6, why, sizeof why))
         FAIL("%s", why);
     b.ops->close(b.d);
+}
+
+/* ------------------------------------------------------------------------
+ * event_elapsed (version 4, where the backend has it)
+ * ---------------------------------------------------------------------- */
+
+static double wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+TEST(backend_event_elapsed)
+{
+    bdev b;
+    const char *err = bdev_open(&b);
+    if (err[0])
+        FAIL("%s", err);
+    const sw__backend_ops *ops = b.ops;
+    if (ops->version < 4 || !ops->event_elapsed) {
+        ops->close(b.d);
+        SKIP("%s has no event_elapsed", ops->name);
+    }
+    size_t big = (size_t)64 << 20;
+    uintptr_t m = 0;
+    ASSERT_OK(ops->alloc(b.d, big, &m));
+    ASSERT_OK(ops->synchronize(b.q));
+    for (int r = 0; r < 3; r++) {
+        /* The copy queue first waits for a long fill on the default
+         * queue: the time between e0 (after the wait) and e1 is the
+         * copy's alone, never the wait's. */
+        uint32_t pat = 7;
+        double t0 = wall();
+        ASSERT_OK(ops->fill(b.q, m, 0, big, &pat, 4));
+        ASSERT_OK(bwait(&b, b.cq, b.q));
+        sw__bevent *e0 = NULL, *e1 = NULL, *e2 = NULL, *e3 = NULL;
+        ASSERT_OK(ops->event_record(b.cq, &e0));
+        static unsigned char host[1 << 20];
+        ASSERT_OK(ops->read(b.cq, host, m, 0, sizeof host));
+        ASSERT_OK(ops->event_record(b.cq, &e1));
+        ASSERT_OK(ops->event_wait(e1));
+        double wall_s = wall() - t0;
+        int done = 0;
+        ASSERT_OK(ops->event_query(e0, &done));
+        ASSERT_TRUE(done);
+        double copy_s = -1, none_s = -1, whole_s = -1;
+        ASSERT_OK(ops->event_elapsed(e0, e1, &copy_s));
+        ASSERT_TRUE(copy_s >= 0 && copy_s <= wall_s);
+        /* Nothing between two events on an idle queue. */
+        ASSERT_OK(ops->event_record(b.cq, &e2));
+        ASSERT_OK(ops->event_record(b.cq, &e3));
+        ASSERT_OK(ops->event_wait(e3));
+        ASSERT_OK(ops->event_elapsed(e2, e3, &none_s));
+        ASSERT_TRUE(none_s >= 0 && none_s <= wall() - t0);
+        ASSERT_OK(ops->event_elapsed(e0, e3, &whole_s));
+        ASSERT_TRUE(whole_s >= copy_s);
+        ops->event_release(e0);
+        ops->event_release(e1);
+        ops->event_release(e2);
+        ops->event_release(e3);
+    }
+    ASSERT_OK(ops->free(b.d, b.q, m, big));
+    ASSERT_OK(ops->synchronize(b.q));
+    ops->close(b.d);
 }
 
 /* ------------------------------------------------------------------------

@@ -10,6 +10,7 @@
     /* test-backend.c */                                                      \
     X(backend_copy_queue_overlap)                                             \
     X(backend_queue_idle)                                                     \
+    X(backend_event_elapsed)                                                  \
     X(backend_wait_chain)                                                     \
     X(thread_backend_copy_queues)                                             \
     /* test-inflight.c */                                                     \
