@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SW__BACKEND_VERSION 3
+#define SW__BACKEND_VERSION 4
 
 typedef struct sw__bdev sw__bdev;     /* a backend's open device */
 typedef struct sw__bqueue sw__bqueue; /* an in-order queue on it */
@@ -161,6 +161,15 @@ typedef struct sw__backend_ops {
      * members: the core's own host allocator. */
     int (*host_alloc)(sw__bdev *dev, size_t size, void **out);
     void (*host_free)(sw__bdev *dev, void *p, size_t size);
+
+    /* Version 4.  May be NULL: the core then times copies on the host,
+     * from their enqueue to when it sees them done. */
+    /* Seconds of device time from `from` to `to`, two complete events of
+     * one queue, `from` recorded first (cuEventElapsedTime): what the work
+     * between them took, without the time spent waiting before it.
+     * SW_ERR_UNSUPPORTED when the backend cannot tell for these two.
+     * Without the device lock, as event_query. */
+    int (*event_elapsed)(sw__bevent *from, sw__bevent *to, double *seconds);
 } sw__backend_ops;
 
 /* The backends this build has (NULL-free list in src/core/device.c). */

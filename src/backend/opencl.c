@@ -25,9 +25,14 @@
  * backend offers no device and says why; nothing fails.
  *
  * One context and one in-order command queue per open device (the default
- * queue), plus one in-order queue per queue_create; a queue waits for
- * another queue's event with clEnqueueBarrierWithWaitList (wait_event,
- * contract version 2).  Allocations are cl_mem
+ * queue), a second one for spills and restores (the copy queue, contract
+ * version 3; SPILLWAY_OPENCL_COPY_QUEUE=0 turns it off), plus one in-order
+ * queue per queue_create; a queue waits for another queue's event with
+ * clEnqueueBarrierWithWaitList (wait_event, contract version 2).
+ * queue_idle asks the status of the queue's latest command's event.  No
+ * host_alloc: on PoCL's CPU device CL_MEM_ALLOC_HOST_PTR is host memory
+ * like any other (a transfer is one memcpy either way), and the core's
+ * host pool already keeps its memory faulted in.  Allocations are cl_mem
  * buffers: the uintptr_t `mem` of the contract is the cl_mem handle and
  * offsets are byte offsets into it.  Transfers are enqueued non-blocking;
  * the core waits on an event afterwards, which keeps the host memory valid.
@@ -436,7 +441,8 @@ struct sw__bdev {
     uint64_t capacity;
     uint64_t allocated; /* bytes of live and not yet reaped cl_mems */
     sw__bqueue *default_q;
-    sw__bqueue *queues; /* all, default included */
+    sw__bqueue *copy_q; /* contract v3 copy_queue; NULL when turned off */
+    sw__bqueue *queues; /* all, default and copy included */
 };
 
 struct sw__bevent {
@@ -753,7 +759,9 @@ static int ocl__copy_any(sw__bqueue *q, cl_mem dst, size_t doff, cl_mem src,
  * Queues
  * ---------------------------------------------------------------------- */
 
-static int ocl__queue_new(sw__bdev *dev, sw__bqueue **out)
+/* A queue for kernels has sum partials; the copy queue (partials = 0)
+ * runs transfers and barriers only, so it takes no device memory. */
+static int ocl__queue_new(sw__bdev *dev, int partials, sw__bqueue **out)
 {
     sw__bqueue *q = sw__calloc(1, sizeof *q);
     if (!q)
@@ -761,7 +769,7 @@ static int ocl__queue_new(sw__bdev *dev, sw__bqueue **out)
                           "opencl:%d: out of host memory for a queue",
                           dev->index);
     q->dev = dev;
-    size_t psize = OCL__SUM_GROUPS * OCL__PARTIAL;
+    size_t psize = partials ? OCL__SUM_GROUPS * OCL__PARTIAL : 0;
     if (dev->capacity - dev->allocated < psize) {
         sw__free(q);
         return sw__errorf(SW_ERR_OOM,
@@ -776,9 +784,10 @@ static int ocl__queue_new(sw__bdev *dev, sw__bqueue **out)
         return ocl__fail(ocl__code(err), dev->index, "clCreateCommandQueue",
                          err, NULL);
     }
-    q->partials = clCreateBuffer(dev->ctx, CL_MEM_READ_WRITE, psize, NULL,
-                                 &err);
-    if (!q->partials || err != CL_SUCCESS) {
+    if (psize > 0)
+        q->partials = clCreateBuffer(dev->ctx, CL_MEM_READ_WRITE, psize,
+                                     NULL, &err);
+    if (psize > 0 && (!q->partials || err != CL_SUCCESS)) {
         clReleaseCommandQueue(q->cq);
         sw__free(q);
         return ocl__fail(SW_ERR_OOM, dev->index, "clCreateBuffer", err,
@@ -799,7 +808,8 @@ static void ocl__queue_free(sw__bqueue *q)
     ocl__reap(q, 1);
     if (q->last)
         clReleaseEvent(q->last);
-    ocl__release_mem(dev, q->partials, OCL__SUM_GROUPS * OCL__PARTIAL);
+    if (q->partials)
+        ocl__release_mem(dev, q->partials, OCL__SUM_GROUPS * OCL__PARTIAL);
     clReleaseCommandQueue(q->cq);
     sw__bqueue **pp = &dev->queues;
     while (*pp != q)
@@ -833,6 +843,14 @@ static int ocl__env_memory(int index, uint64_t *out)
                           index, s, v);
     *out = v;
     return SW_OK;
+}
+
+/* SPILLWAY_OPENCL_COPY_QUEUE=0: no copy queue (spills and restores go on
+ * the default queue), to measure what it buys. */
+static int ocl__env_copy_queue(void)
+{
+    const char *s = getenv("SPILLWAY_OPENCL_COPY_QUEUE");
+    return !(s && strcmp(s, "0") == 0);
 }
 
 static int ocl__env_fp64_off(void)
@@ -1091,7 +1109,9 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
     }
     rc = ocl__build_all(dev);
     if (rc == SW_OK)
-        rc = ocl__queue_new(dev, &dev->default_q);
+        rc = ocl__queue_new(dev, 1, &dev->default_q);
+    if (rc == SW_OK && ocl__env_copy_queue())
+        rc = ocl__queue_new(dev, 0, &dev->copy_q);
     if (rc != SW_OK) {
         ocl__close_dev(dev);
         return rc;
@@ -1243,13 +1263,35 @@ static sw__bqueue *ocl_default_queue(sw__bdev *dev) { return dev->default_q; }
 
 static int ocl_queue_create(sw__bdev *dev, sw__bqueue **out)
 {
-    return ocl__queue_new(dev, out);
+    return ocl__queue_new(dev, 1, out);
 }
 
+/* The default and copy queues live until close. */
 static void ocl_queue_destroy(sw__bqueue *q)
 {
-    if (q && q != q->dev->default_q)
+    if (q && q != q->dev->default_q && q != q->dev->copy_q)
         ocl__queue_free(q);
+}
+
+/* Contract v3: a second in-order command queue of the context, made by
+ * open, for spills and restores, so that their transfers run beside the
+ * default queue's kernels (each waits for the other through barriers on
+ * events, wait_event). */
+static sw__bqueue *ocl_copy_queue(sw__bdev *dev) { return dev->copy_q; }
+
+/* Nothing pending: the latest command's event has completed (on an
+ * in-order queue it completes last).  A status query, never a wait; the
+ * queue is flushed first, so that "not yet" does not last for want of a
+ * flush. */
+static int ocl_queue_idle(sw__bqueue *q)
+{
+    if (q->last == NULL)
+        return 1;
+    if (q->unflushed) {
+        clFlush(q->cq);
+        q->unflushed = 0;
+    }
+    return ocl__complete(q->last);
 }
 
 static int ocl_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
@@ -1320,6 +1362,9 @@ static int ocl__check_operand(sw__bdev *dev, const char *kname,
 static int ocl__sum(sw__bqueue *q, const sw_kernel_args *args)
 {
     sw__bdev *dev = q->dev;
+    if (!q->partials) /* the copy queue: the core never launches there */
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "opencl:%d: a sum on the copy queue", dev->index);
     size_t L = dev->red_local;
     size_t n = args->n;
     size_t groups = (n + L - 1) / L;
@@ -1597,4 +1642,6 @@ const sw__backend_ops sw__opencl_backend = {
     .event_release = ocl_event_release,
     .synchronize = ocl_synchronize,
     .wait_event = ocl_wait_event,
+    .copy_queue = ocl_copy_queue,
+    .queue_idle = ocl_queue_idle,
 };

@@ -8,7 +8,8 @@
  *   - Kernels: their operands proven live, then run (the kernels
  *     themselves, every dtype, are sim_kernels.c's).
  *   - Events.
- *   - Queues: the worker thread and its FIFO, enqueueing, queue lifetime.
+ *   - Queues: their FIFOs, the pool of worker threads that runs them,
+ *     enqueueing, queue lifetime.
  *   - fork(): draining and re-arming the workers around a fork.
  *   - Configuration from the environment.
  *   - Operations (the ops table's functions): devices and memory; queues
@@ -19,10 +20,14 @@
  * so an unused arena costs address space only) carved by a real allocator
  * (sim_arena.c), so that fragmentation, out-of-memory and device_free
  * behave as on a GPU.  Device addresses are host addresses.  Each queue is
- * a worker thread that runs a FIFO of commands; all device work, transfers
- * included, runs there, so it is as asynchronous as on real hardware and
- * ordering bugs show up.  (The one shortcut: a small free on a queue with
- * nothing pending runs at once, which stream order allows.)
+ * a FIFO of commands run by a pool of worker threads shared by all queues
+ * (one worker per queue at a time, so in order); all device work,
+ * transfers included, runs there, so it is as asynchronous as on real
+ * hardware and ordering bugs show up.  (The one shortcut: a small free on
+ * a queue with nothing pending runs at once, which stream order allows.)
+ * Besides the default queue each device has a copy queue (contract v3),
+ * so that spills and restores run beside kernels; SPILLWAY_SIM_COPY_QUEUE=0
+ * turns it off.
  *
  * The sim doubles as a checker: before a command touches device memory the
  * worker proves that every byte range lies inside one live block, and
@@ -37,7 +42,9 @@
  * other except in the fork handlers (registry -> queues -> arenas):
  *  - arena.mu: the block list and both trees; held only for tree work,
  *    never while waiting or while touching block contents;
- *  - queue.mu: the command FIFO and the submitted/completed counters;
+ *  - queue.mu: the command FIFO, the submitted/completed counters and
+ *    `scheduled`; sim__pool.mu nests inside it (scheduling a queue);
+ *  - sim__pool.mu: the pool's ready list and worker counts;
  *  - event.mu: one event's state;
  *  - sim__registry_mu: the lists of open devices and their queues, which
  *    only the fork handlers walk.
@@ -53,6 +60,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SIM__MAX_DEVICES 64
 #define SIM__DEFAULT_MEMORY (UINT64_C(1) << 30)
@@ -123,6 +131,10 @@ struct sw__bevent {
     int done;
     int refs; /* the holder's, plus the marker's until it has run */
     sim__link marker; /* queued on a busy queue: completes the event */
+    /* Queues stalled on this event by a WAIT command (linked through their
+     * rnext): the event's completion hands them back to the pool. */
+    sw__bqueue *parked;
+    double t; /* CLOCK_MONOTONIC seconds when it completed (event_elapsed) */
 };
 
 static sw__bevent *sim__event_of(sim__link *l)
@@ -134,15 +146,17 @@ struct sw__bqueue {
     sw__bdev *dev;
     unsigned id;
     pthread_mutex_t mu;
-    pthread_cond_t work_cv; /* worker: commands arrived, or stop */
-    pthread_cond_t done_cv; /* waiters: completed advanced */
+    pthread_cond_t done_cv; /* waiters: completed advanced, or unscheduled */
     sim__link *head, *tail;
     uint64_t submitted, completed;
     int waiters;
-    int lazy; /* frees queued since the worker was last signalled */
-    int stop;
-    int worker_running; /* started by the first enqueue (again after fork) */
-    pthread_t worker;
+    int lazy; /* frees queued since the queue was last scheduled */
+    /* Owned by the pool: on its ready list, being run by a worker, or
+     * parked on an event.  Only the owner takes commands off the FIFO, so
+     * a queue's commands never run on two workers at once. */
+    int scheduled;
+    sw__bqueue *rnext; /* pool's ready list (pool mutex) or an event's
+                        * parked list (event mutex) */
     uintptr_t reserve; /* SW_SIM_QUEUE_RESERVE bytes (not the default's) */
     sw__bqueue *next; /* in dev->queues, under sim__registry_mu */
 };
@@ -152,6 +166,7 @@ struct sw__bdev {
     unsigned next_queue_id;
     sim__arena arena;
     sw__bqueue *default_q;
+    sw__bqueue *copy_q; /* spills and restores (contract v3 copy_queue) */
     sw__bqueue *queues; /* all of them, default included; registry mutex */
     sw__bdev *next;     /* in sim__devices, under sim__registry_mu */
 };
@@ -259,18 +274,144 @@ static void sim__event_unref(sw__bevent *ev)
     }
 }
 
+static void sim__pool_ready(sw__bqueue *q);
+
+/* Done, waking host waiters and handing the queues parked on it back to
+ * the pool; then the marker's reference goes. */
+static double sim__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void sim__event_complete(sw__bevent *ev)
 {
+    double t = sim__now();
     pthread_mutex_lock(&ev->mu);
+    ev->t = t;
     ev->done = 1;
     pthread_cond_broadcast(&ev->cv);
+    sw__bqueue *parked = ev->parked;
+    ev->parked = NULL;
     pthread_mutex_unlock(&ev->mu);
+    while (parked) {
+        sw__bqueue *q = parked;
+        parked = q->rnext; /* read first: the pool relinks q */
+        sim__pool_ready(q);
+    }
     sim__event_unref(ev);
 }
 
+static int sim__event_done(sw__bevent *ev)
+{
+    pthread_mutex_lock(&ev->mu);
+    int done = ev->done;
+    pthread_mutex_unlock(&ev->mu);
+    return done;
+}
+
 /* ------------------------------------------------------------------------
- * Queues: one worker thread each, running a FIFO of commands.
+ * Queues: a FIFO of commands each, run by a pool of worker threads shared
+ * by every queue of every device.
+ *
+ * A thread per queue cost ~50 us to start and join, which was most of a
+ * new queue's first operation.  Now a queue with work is `scheduled`: on
+ * the pool's ready list, being run by one worker (which takes its whole
+ * FIFO at a time, so a queue's commands stay in order and never run on
+ * two workers), or parked on another queue's event.  Workers never block
+ * on anything but the pool: a WAIT command whose event is not complete
+ * puts the rest of its batch back and parks the queue on the event, whose
+ * completion hands it back to the pool.  So any number of workers makes
+ * progress, and the pool grows (up to SIM__MAX_WORKERS) only when every
+ * worker is busy, so that queues run side by side as a GPU's streams do
+ * (the copy queue beside the default queue).  Workers are started on
+ * demand, once per process, and then live as long as it.
  * ---------------------------------------------------------------------- */
+
+#define SIM__MAX_WORKERS 8
+
+static struct {
+    pthread_mutex_t mu; /* a leaf, but taken under a queue's mu */
+    pthread_cond_t cv;  /* workers: the ready list has a queue */
+    sw__bqueue *head, *tail;
+    int ready; /* queues on the list */
+    int idle;  /* workers waiting on cv */
+    int total; /* workers started */
+} sim__pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL,
+               NULL, 0, 0, 0};
+
+static void *sim__worker(void *arg);
+
+/* pre: sim__pool.mu held.  0, or an errno. */
+static int sim__spawn_locked(void)
+{
+    pthread_t t;
+    int e = sw__thread_create(&t, sim__worker, NULL);
+    if (e != 0)
+        return e;
+    char name[16];
+    snprintf(name, sizeof name, "sw-sim-w%d", sim__pool.total);
+    pthread_setname_np(t, name);
+    pthread_detach(t);
+    sim__pool.total++;
+    return 0;
+}
+
+/* A worker exists, so that a queue scheduled now will run: SW_OK, or
+ * SW_ERR_HOST_OOM (saying why) when none does and none can be started. */
+static int sim__pool_ensure(sw__bqueue *q)
+{
+    pthread_mutex_lock(&sim__pool.mu);
+    int e = sim__pool.total > 0 ? 0 : sim__spawn_locked();
+    pthread_mutex_unlock(&sim__pool.mu);
+    if (e != 0)
+        return sw__errorf(SW_ERR_HOST_OOM,
+                          "sim:%d: cannot start a queue worker: %s",
+                          q->dev->index, strerror(e));
+    return SW_OK;
+}
+
+/* Whether any worker was started (in this process). */
+static int sim__pool_started(void)
+{
+    pthread_mutex_lock(&sim__pool.mu);
+    int started = sim__pool.total > 0;
+    pthread_mutex_unlock(&sim__pool.mu);
+    return started;
+}
+
+/* Put a scheduled queue on the ready list: an idle worker takes it, else
+ * a new one while there is room (best effort: a busy worker takes it once
+ * done, as workers never block). */
+static void sim__pool_ready(sw__bqueue *q)
+{
+    pthread_mutex_lock(&sim__pool.mu);
+    q->rnext = NULL;
+    if (sim__pool.tail)
+        sim__pool.tail->rnext = q;
+    else
+        sim__pool.head = q;
+    sim__pool.tail = q;
+    sim__pool.ready++;
+    if (sim__pool.idle >= sim__pool.ready)
+        pthread_cond_signal(&sim__pool.cv);
+    else if (sim__pool.total >= SIM__MAX_WORKERS ||
+             sim__spawn_locked() != 0)
+        pthread_cond_signal(&sim__pool.cv);
+    pthread_mutex_unlock(&sim__pool.mu);
+}
+
+/* pre: q->mu held.  Hand q to the pool if it has commands and is not
+ * the pool's already. */
+static void sim__kick_locked(sw__bqueue *q)
+{
+    if (q->head && !q->scheduled) {
+        q->scheduled = 1;
+        q->lazy = 0;
+        sim__pool_ready(q);
+    }
+}
 
 static void sim__execute(sw__bqueue *q, sim__link *l)
 {
@@ -318,38 +459,72 @@ static void sim__execute(sw__bqueue *q, sim__link *l)
         break;
     case SIM__CMD_MARKER: /* above */
         break;
-    case SIM__CMD_WAIT: {
-        /* Another queue's event: this queue stalls until it completes,
-         * as a GPU stream waiting on an event does. */
-        sw__bevent *ev = c->u.wait;
-        pthread_mutex_lock(&ev->mu);
-        while (!ev->done)
-            pthread_cond_wait(&ev->cv, &ev->mu);
-        pthread_mutex_unlock(&ev->mu);
-        sim__event_unref(ev);
+    case SIM__CMD_WAIT:
+        /* Another queue's event, complete by now (sim__run parks the
+         * queue until it is, as a GPU stream waiting on an event stalls
+         * without holding up the others). */
+        sim__event_unref(c->u.wait);
         break;
-    }
     }
 }
 
-/* Takes the whole FIFO at once, so the queue lock is taken twice per batch
- * rather than per command. */
-static void *sim__worker(void *arg)
+/* A WAIT command l of q's batch [l..tail] found its event pending: put
+ * the batch back at the front of the FIFO (crediting the ran commands
+ * before it), then park q on the event.  1: parked, q is the event's now
+ * and not touched again here; 0: the event completed meanwhile, and q is
+ * still ours to run. */
+static int sim__park(sw__bqueue *q, sim__link *l, sim__link *tail,
+                     uint64_t ran)
 {
-    sw__bqueue *q = arg;
+    sw__bevent *ev = sim__cmd_of(l)->u.wait;
+    pthread_mutex_lock(&q->mu);
+    tail->next = q->head;
+    if (!q->head)
+        q->tail = tail;
+    q->head = l;
+    q->completed += ran;
+    if (q->waiters && ran)
+        pthread_cond_broadcast(&q->done_cv);
+    pthread_mutex_unlock(&q->mu);
+    pthread_mutex_lock(&ev->mu);
+    int parked = !ev->done;
+    if (parked) {
+        q->rnext = ev->parked;
+        ev->parked = q;
+    }
+    pthread_mutex_unlock(&ev->mu);
+    return parked;
+}
+
+/* Run q's commands until its FIFO is empty (it is then unscheduled and not
+ * touched again: it may be destroyed at once) or it parks on an event.
+ * Takes the whole FIFO at once, so the queue lock is taken twice per batch
+ * rather than per command. */
+static void sim__run(sw__bqueue *q)
+{
     pthread_mutex_lock(&q->mu);
     for (;;) {
-        while (!q->head && !q->stop)
-            pthread_cond_wait(&q->work_cv, &q->mu);
-        sim__link *batch = q->head;
-        if (!batch)
-            break; /* stopped, and everything ran */
+        sim__link *batch = q->head, *tail = q->tail;
+        if (!batch) {
+            q->scheduled = 0;
+            if (q->waiters)
+                pthread_cond_broadcast(&q->done_cv);
+            pthread_mutex_unlock(&q->mu);
+            return;
+        }
         q->head = q->tail = NULL;
         q->lazy = 0;
         pthread_mutex_unlock(&q->mu);
         uint64_t ran = 0;
         while (batch) {
             sim__link *l = batch;
+            if (l->kind == SIM__CMD_WAIT &&
+                !sim__event_done(sim__cmd_of(l)->u.wait)) {
+                if (sim__park(q, l, tail, ran))
+                    return;
+                ran = 0;
+                break; /* completed meanwhile: take the FIFO again */
+            }
             batch = l->next;
             if (l->kind == SIM__CMD_MARKER) {
                 /* The work before an event counts as completed before the
@@ -375,41 +550,50 @@ static void *sim__worker(void *arg)
         }
         pthread_mutex_lock(&q->mu);
         q->completed += ran;
-        if (q->waiters)
+        if (q->waiters && ran)
             pthread_cond_broadcast(&q->done_cv);
     }
-    pthread_mutex_unlock(&q->mu);
+}
+
+static void *sim__worker(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&sim__pool.mu);
+    for (;;) {
+        while (!sim__pool.head) {
+            sim__pool.idle++;
+            pthread_cond_wait(&sim__pool.cv, &sim__pool.mu);
+            sim__pool.idle--;
+        }
+        sw__bqueue *q = sim__pool.head;
+        sim__pool.head = q->rnext;
+        if (!sim__pool.head)
+            sim__pool.tail = NULL;
+        sim__pool.ready--;
+        pthread_mutex_unlock(&sim__pool.mu);
+        sim__run(q);
+        pthread_mutex_lock(&sim__pool.mu);
+    }
     return NULL;
 }
 
-/* pre: q->mu held. */
-static int sim__spawn_worker(sw__bqueue *q)
-{
-    int e = sw__thread_create(&q->worker, sim__worker, q);
-    if (e != 0)
-        return e;
-    char name[16];
-    snprintf(name, sizeof name, "sw-sim%d-q%u", q->dev->index, q->id);
-    pthread_setname_np(q->worker, name);
-    q->worker_running = 1;
-    return 0;
-}
-
-/* Append l to q's FIFO; never frees it. */
+/* Append l to q's FIFO; never frees it.  A lazy one (a small free) does
+ * not schedule the queue until SIM__LAZY_FREES of them have piled up. */
 static int sim__push(sw__bqueue *q, sim__link *l, int lazy)
 {
     l->next = NULL;
     pthread_mutex_lock(&q->mu);
-    /* Workers start when work first arrives: a queue that is never used
-     * costs no thread, and a forked child, which has no workers, gets them
-     * back the same way. */
-    if (!q->worker_running) {
-        int e = sim__spawn_worker(q);
-        if (e != 0) {
+    int kick = !lazy || ++q->lazy >= SIM__LAZY_FREES;
+    /* Workers start when work first arrives (again in a forked child,
+     * which has none): a process that never queues work costs no
+     * thread.  The one failure an enqueue can have after its command. */
+    if (!q->scheduled) {
+        int rc = sim__pool_ensure(q);
+        if (rc != SW_OK) {
+            if (lazy)
+                q->lazy--;
             pthread_mutex_unlock(&q->mu);
-            return sw__errorf(SW_ERR_HOST_OOM,
-                              "sim:%d: cannot start a queue worker: %s",
-                              q->dev->index, strerror(e));
+            return rc;
         }
     }
     if (q->tail)
@@ -418,10 +602,8 @@ static int sim__push(sw__bqueue *q, sim__link *l, int lazy)
         q->head = l;
     q->tail = l;
     q->submitted++;
-    if (!lazy || ++q->lazy >= SIM__LAZY_FREES) {
-        q->lazy = 0;
-        pthread_cond_signal(&q->work_cv);
-    }
+    if (kick)
+        sim__kick_locked(q);
     pthread_mutex_unlock(&q->mu);
     return SW_OK;
 }
@@ -460,7 +642,6 @@ static int sim__queue_new(sw__bdev *dev, sw__bqueue **out)
     q->dev = dev;
     q->id = dev->next_queue_id++;
     pthread_mutex_init(&q->mu, NULL);
-    pthread_cond_init(&q->work_cv, NULL);
     pthread_cond_init(&q->done_cv, NULL);
     pthread_mutex_lock(&sim__registry_mu);
     q->next = dev->queues;
@@ -470,16 +651,27 @@ static int sim__queue_new(sw__bdev *dev, sw__bqueue **out)
     return SW_OK;
 }
 
-/* Drain (the worker exits only once its FIFO is empty), join, free. */
+/* pre: q->mu held.  Wait until every command submitted so far has run
+ * (lazy frees included); with unscheduled, until no worker holds q. */
+static void sim__drain_locked(sw__bqueue *q, int unscheduled)
+{
+    uint64_t target = q->submitted;
+    sim__kick_locked(q); /* lazy frees */
+    while (q->completed < target || (unscheduled && q->scheduled)) {
+        q->waiters++;
+        pthread_cond_wait(&q->done_cv, &q->mu);
+        q->waiters--;
+    }
+}
+
+/* Drain, wait for the pool to let go of it, free.  (The last worker to
+ * hold q released its mutex in the same critical section that cleared
+ * scheduled, and never touches q after.) */
 static void sim__queue_free(sw__bqueue *q)
 {
     pthread_mutex_lock(&q->mu);
-    q->stop = 1;
-    pthread_cond_signal(&q->work_cv);
-    int running = q->worker_running;
+    sim__drain_locked(q, 1);
     pthread_mutex_unlock(&q->mu);
-    if (running)
-        pthread_join(q->worker, NULL);
 
     pthread_mutex_lock(&sim__registry_mu);
     sw__bqueue **pp = &q->dev->queues;
@@ -489,7 +681,6 @@ static void sim__queue_free(sw__bqueue *q)
     pthread_mutex_unlock(&sim__registry_mu);
 
     pthread_cond_destroy(&q->done_cv);
-    pthread_cond_destroy(&q->work_cv);
     pthread_mutex_destroy(&q->mu);
     sw__free(q);
 }
@@ -497,10 +688,11 @@ static void sim__queue_free(sw__bqueue *q)
 /* ------------------------------------------------------------------------
  * fork().  Worker threads do not survive into a child, and a lock held by
  * one would stay held there.  So fork first drains every queue and takes
- * every sim lock; the child marks its queues workerless (the next enqueue
- * starts a worker) and both sides release the locks.  A child that execs
- * at once pays only the drain.  Events recorded before the fork are all
- * complete by then, so their condvars are never signalled again.
+ * every sim lock, the pool's last; the child starts with an empty pool
+ * (the next enqueue starts a worker), its queues unscheduled, and both
+ * sides release the locks.  A child that execs at once pays only the
+ * drain.  Events recorded before the fork are all complete by then, so
+ * their condvars are never signalled again.
  * ---------------------------------------------------------------------- */
 
 static void sim__fork_prepare(void)
@@ -509,31 +701,35 @@ static void sim__fork_prepare(void)
     for (sw__bdev *d = sim__devices; d; d = d->next) {
         for (sw__bqueue *q = d->queues; q; q = q->next) {
             pthread_mutex_lock(&q->mu);
-            if (q->head)
-                pthread_cond_signal(&q->work_cv); /* lazy frees */
-            while (q->completed < q->submitted) {
-                q->waiters++;
-                pthread_cond_wait(&q->done_cv, &q->mu);
-                q->waiters--;
-            }
+            sim__drain_locked(q, 0);
         }
     }
     for (sw__bdev *d = sim__devices; d; d = d->next)
         pthread_mutex_lock(&d->arena.mu);
+    pthread_mutex_lock(&sim__pool.mu);
 }
 
 static void sim__fork_release(int child)
 {
+    if (child) {
+        pthread_mutex_init(&sim__pool.mu, NULL);
+        pthread_cond_init(&sim__pool.cv, NULL);
+        sim__pool.head = sim__pool.tail = NULL;
+        sim__pool.ready = sim__pool.idle = sim__pool.total = 0;
+    } else {
+        pthread_mutex_unlock(&sim__pool.mu);
+    }
     for (sw__bdev *d = sim__devices; d; d = d->next)
         pthread_mutex_unlock(&d->arena.mu);
     for (sw__bdev *d = sim__devices; d; d = d->next) {
         for (sw__bqueue *q = d->queues; q; q = q->next) {
             if (child) {
-                /* The copied condvars still count the parent's sleepers,
-                 * whom a signal would wait for forever: start afresh. */
-                pthread_cond_init(&q->work_cv, NULL);
+                /* The copied condvar still counts the parent's sleepers,
+                 * whom a signal would wait for forever: start afresh.
+                 * Drained, so no command is left for a worker; one that
+                 * had yet to clear `scheduled` is the parent's. */
                 pthread_cond_init(&q->done_cv, NULL);
-                q->worker_running = 0;
+                q->scheduled = 0;
                 q->waiters = 0;
             }
             pthread_mutex_unlock(&q->mu);
@@ -597,6 +793,15 @@ static int sim__config(uint64_t *capacity, int *ndev)
     return SW_OK;
 }
 
+/* SPILLWAY_SIM_COPY_QUEUE=0: no copy queue (spills and restores then go
+ * on the default queue, as before contract version 3), so that a run can
+ * measure what the copy queue buys. */
+static int sim__env_copy_queue(void)
+{
+    const char *s = getenv("SPILLWAY_SIM_COPY_QUEUE");
+    return !(s && strcmp(s, "0") == 0);
+}
+
 /* ------------------------------------------------------------------------
  * Operations: devices and memory
  * ---------------------------------------------------------------------- */
@@ -616,6 +821,8 @@ static int sim_device_count(int *count, char *why, size_t why_len)
     *count = n;
     return SW_OK;
 }
+
+static void sim_close(sw__bdev *dev);
 
 static int sim_open(int index, sw__bdev **out, sw__device_props *props)
 {
@@ -646,15 +853,10 @@ static int sim_open(int index, sw__bdev **out, sw__device_props *props)
     sim__devices = dev;
     pthread_mutex_unlock(&sim__registry_mu);
     rc = sim__queue_new(dev, &dev->default_q);
+    if (rc == SW_OK && sim__env_copy_queue())
+        rc = sim__queue_new(dev, &dev->copy_q);
     if (rc != SW_OK) {
-        pthread_mutex_lock(&sim__registry_mu);
-        sw__bdev **pp = &sim__devices;
-        while (*pp != dev)
-            pp = &(*pp)->next;
-        *pp = dev->next;
-        pthread_mutex_unlock(&sim__registry_mu);
-        sw__sim_arena_destroy(&dev->arena);
-        sw__free(dev);
+        sim_close(dev);
         return rc;
     }
 
@@ -710,12 +912,12 @@ static int sim_free(sw__bdev *dev, sw__bqueue *q, uintptr_t mem, size_t size)
     if (!q)
         q = dev->default_q;
     /* Only the caller enqueues (under the core's lock), so an idle queue
-     * stays idle until we return.  A queue without a worker (never used,
-     * or in a forked child) is idle, and a block of any size is released
-     * on it at once: starting a worker for a free could fail. */
+     * stays idle until we return.  Without a worker in the process (none
+     * started yet, or a forked child) a block of any size is released at
+     * once: starting a worker for a free could fail. */
     pthread_mutex_lock(&q->mu);
     int now = !q->head && q->completed == q->submitted &&
-              (size < SIM__LAZY_FREE_MAX || !q->worker_running);
+              (size < SIM__LAZY_FREE_MAX || !sim__pool_started());
     pthread_mutex_unlock(&q->mu);
     sim__block *b = NULL;
     int rc = sw__sim_arena_free(&dev->arena, mem, size, now, &b);
@@ -776,6 +978,21 @@ static void sim_queue_destroy(sw__bqueue *q)
     sim__queue_free(q);
     if (reserve)
         sw__sim_arena_unreserve(&dev->arena, reserve);
+}
+
+/* The copy queue: made by open, without a reservation (it is the
+ * device's, as the default queue is), freed by close. */
+static sw__bqueue *sim_copy_queue(sw__bdev *dev) { return dev->copy_q; }
+
+/* Nothing queued, nothing running: only the caller enqueues (under the
+ * core's lock), so it stays so until the caller queues more.  Pending
+ * lazy frees count as work. */
+static int sim_queue_idle(sw__bqueue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    int idle = !q->head && q->completed == q->submitted;
+    pthread_mutex_unlock(&q->mu);
+    return idle;
 }
 
 /* q waits for ev: nothing to do if it is complete already. */
@@ -877,6 +1094,7 @@ static int sim_event_record(sw__bqueue *q, sw__bevent **out)
                           q->dev->index);
     pthread_mutex_init(&ev->mu, NULL);
     pthread_cond_init(&ev->cv, NULL);
+    ev->parked = NULL;
 
     /* An idle queue needs no marker: the event is complete already (and
      * stays so: only our caller enqueues).  A busy one has a worker, so
@@ -885,6 +1103,7 @@ static int sim_event_record(sw__bqueue *q, sw__bevent **out)
     int idle = !q->head && q->completed == q->submitted;
     pthread_mutex_unlock(&q->mu);
     ev->done = idle;
+    ev->t = idle ? sim__now() : 0;
     ev->refs = idle ? 1 : 2;
     if (!idle) {
         ev->marker.kind = SIM__CMD_MARKER;
@@ -917,6 +1136,26 @@ static int sim_event_wait(sw__bevent *ev)
     return SW_OK;
 }
 
+/* The completion times' difference: the work between the two ran on the
+ * queue's worker in that time (in order, so none of it before `from`). */
+static int sim_event_elapsed(sw__bevent *from, sw__bevent *to,
+                             double *seconds)
+{
+    pthread_mutex_lock(&from->mu);
+    int done = from->done;
+    double t0 = from->t;
+    pthread_mutex_unlock(&from->mu);
+    pthread_mutex_lock(&to->mu);
+    done = done && to->done;
+    double t1 = to->t;
+    pthread_mutex_unlock(&to->mu);
+    if (!done)
+        return sw__errorf(SW_ERR_INVALID_ARG, "sim: elapsed time of an "
+                          "event not yet complete");
+    *seconds = t1 > t0 ? t1 - t0 : 0;
+    return SW_OK;
+}
+
 static void sim_event_release(sw__bevent *ev)
 {
     if (ev)
@@ -926,14 +1165,7 @@ static void sim_event_release(sw__bevent *ev)
 static int sim_synchronize(sw__bqueue *q)
 {
     pthread_mutex_lock(&q->mu);
-    uint64_t target = q->submitted;
-    if (q->head)
-        pthread_cond_signal(&q->work_cv); /* lazy frees */
-    while (q->completed < target) {
-        q->waiters++;
-        pthread_cond_wait(&q->done_cv, &q->mu);
-        q->waiters--;
-    }
+    sim__drain_locked(q, 0);
     pthread_mutex_unlock(&q->mu);
     return SW_OK;
 }
@@ -965,4 +1197,7 @@ const sw__backend_ops sw__sim_backend = {
     .event_release = sim_event_release,
     .synchronize = sim_synchronize,
     .wait_event = sim_wait_event,
+    .copy_queue = sim_copy_queue,
+    .queue_idle = sim_queue_idle,
+    .event_elapsed = sim_event_elapsed,
 };

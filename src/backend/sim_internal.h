@@ -1,9 +1,9 @@
 /*
  * sim_internal.h -- the simulated device's two halves and what they share:
  * the arena (sim_arena.c), a best-fit allocator over one mapping that also
- * proves byte ranges live, and the device itself (sim.c: queues, worker
- * threads, commands, checking kernels' operands, the ops table), and the
- * kernels themselves (sim_kernels.c).
+ * proves byte ranges live, and the device itself (sim.c: queues, the pool
+ * of worker threads, commands, checking kernels' operands, the ops table),
+ * and the kernels themselves (sim_kernels.c).
  *
  * `sw__sim_` names are internal: not exported from the shared library.
  */

@@ -291,6 +291,25 @@ int sw__b_event_query(const sw__backend_ops *ops, sw__bevent *ev, int *done)
     return ops->event_query(ev, done); /* never blocks: any lock state */
 }
 
+int sw__b_event_elapsed(const sw__backend_ops *ops, sw__bevent *from,
+                        sw__bevent *to, double *seconds)
+{
+    *seconds = 0;
+    if (ops->version < 4 || ops->event_elapsed == NULL)
+        return SW_ERR_UNSUPPORTED;
+    return ops->event_elapsed(from, to, seconds); /* never blocks */
+}
+
+sw__bevent *sw__b_timing_start(sw_device *dev, sw__bqueue *q)
+{
+    sw__assert_locked(dev);
+    sw__bevent *ev = NULL;
+    if (dev->ops->version < 4 || dev->ops->event_elapsed == NULL ||
+        dev->ops->event_record(q, &ev) != SW_OK)
+        return NULL;
+    return ev;
+}
+
 int sw__b_event_wait(const sw__backend_ops *ops, sw__bevent *ev)
 {
     sw__assert_unlocked();
@@ -324,12 +343,17 @@ sw__bqueue *sw__b_copy_queue(sw_device *dev)
     return dev->ops->copy_queue(dev->b);
 }
 
-int sw__b_queue_idle(sw_device *dev, sw__bqueue *q)
+int sw__b_queue_idle_or(sw_device *dev, sw__bqueue *q, int unknown)
 {
     sw__assert_locked(dev);
     if (dev->ops->version < 3 || dev->ops->queue_idle == NULL)
-        return 0;
-    return dev->ops->queue_idle(q);
+        return unknown;
+    return dev->ops->queue_idle(q) != 0;
+}
+
+int sw__b_queue_idle(sw_device *dev, sw__bqueue *q)
+{
+    return sw__b_queue_idle_or(dev, q, 0);
 }
 
 int sw__b_host_alloc(sw_device *dev, size_t size, void **out)

@@ -487,7 +487,11 @@ static int finish_transfer_locked(sw_device *dev, sw__buf *base)
 
 static bool can_inline_locked(sw_device *dev, const sw__buf *base, size_t n)
 {
+    /* An armed copy fault counts backend copies: every transfer goes
+     * there while one is, so that the nth still fails. */
+    const sw__fault *f = &dev->fault[SW_FAULT_COPY];
     return n <= INLINE_MAX && dev->props.host_addressable &&
+           f->countdown == 0 && !f->failing &&
            base->xfer == NULL && base->qmask == 0 && !base->external &&
            sw__b_queue_idle(dev, dev->q);
 }

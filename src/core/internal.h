@@ -218,6 +218,10 @@ typedef struct sw__xfer {
     bool done;     /* observed complete */
     int rc;        /* the copies' result, once done */
     double t0;     /* when queued */
+    /* Recorded on the copy queue just before the copies, where the backend
+     * can time events (event_elapsed): their seconds are then the
+     * device's, from start to ev.  NULL otherwise. */
+    sw__bevent *start;
 } sw__xfer;
 
 /* The host staging pool (hostpool.c): idle host blocks for host copies. */
@@ -613,6 +617,13 @@ int sw__b_launch(sw_device *dev, sw__bqueue *q, const sw_kernel_args *args);
 int sw__b_event_record(sw_device *dev, sw__bevent **ev);
 int sw__b_event_record_q(sw_device *dev, sw__bqueue *q, sw__bevent **ev);
 int sw__b_event_query(const sw__backend_ops *ops, sw__bevent *ev, int *done);
+/* Device seconds between two complete events of a queue; SW_ERR_UNSUPPORTED
+ * without the backend's event_elapsed. */
+int sw__b_event_elapsed(const sw__backend_ops *ops, sw__bevent *from,
+                        sw__bevent *to, double *seconds);
+/* An event to time copies from (see sw__xfer.start): NULL when the
+ * backend cannot time events, or no event can be had (nothing fails). */
+sw__bevent *sw__b_timing_start(sw_device *dev, sw__bqueue *q);
 int sw__b_event_wait(const sw__backend_ops *ops, sw__bevent *ev);
 void sw__b_event_release(const sw__backend_ops *ops, sw__bevent *ev);
 int sw__b_synchronize(const sw__backend_ops *ops, sw__bqueue *q);
@@ -628,6 +639,8 @@ int sw__b_write_q(sw_device *dev, sw__bqueue *q, uintptr_t dst, size_t off,
 int sw__b_wait_event(sw_device *dev, sw__bqueue *q, sw__bevent *ev);
 /* 1 when nothing is queued on q; 0 when busy or the backend cannot say. */
 int sw__b_queue_idle(sw_device *dev, sw__bqueue *q);
+/* The same, but `unknown` when the backend has no queue_idle. */
+int sw__b_queue_idle_or(sw_device *dev, sw__bqueue *q, int unknown);
 /* Page-locked host memory; SW_ERR_UNSUPPORTED when the backend has none. */
 int sw__b_host_alloc(sw_device *dev, size_t size, void **out);
 void sw__b_host_free(sw_device *dev, void *p, size_t size);

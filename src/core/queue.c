@@ -437,6 +437,11 @@ static bool queue_idle(sw__queue *q)
     pthread_mutex_unlock(&q->tlock);
     if (!idle || sw__in_own_task(q))
         return false;
+    /* Asked of the backend where it can say: recording an event on a busy
+     * queue queues a marker there, once per dead queue per reaping pass. */
+    int b = sw__b_queue_idle_or(q->dev, q->bq, -1);
+    if (b >= 0)
+        return b != 0;
     sw__bevent *ev = NULL;
     int done = 0;
     if (sw__b_event_record_q(q->dev, q->bq, &ev) != SW_OK)

@@ -163,7 +163,7 @@ static sw__bqueue *copy_queue(sw_device *dev)
  * queue made to wait for it; NULL (with the message set) when no event
  * can be had, after waiting for the copy queue instead. */
 static sw__xfer *xfer_record_locked(sw_device *dev, int kind, double t0,
-                                    int *rc)
+                                    sw__bevent *start, int *rc)
 {
     *rc = SW_OK;
     sw__xfer *x = sw__calloc(1, sizeof *x);
@@ -178,6 +178,8 @@ static sw__xfer *xfer_record_locked(sw_device *dev, int kind, double t0,
          * anything queued later.  A copy error surfaces here. */
         if (ev != NULL)
             sw__b_event_release(dev->ops, ev);
+        if (start != NULL)
+            sw__b_event_release(dev->ops, start);
         sw__free(x);
         const sw__backend_ops *ops = dev->ops;
         sw__bqueue *q = copy_queue(dev);
@@ -191,6 +193,7 @@ static sw__xfer *xfer_record_locked(sw_device *dev, int kind, double t0,
     x->ev = ev;
     x->kind = kind;
     x->t0 = t0;
+    x->start = start;
     return x;
 }
 
@@ -214,6 +217,8 @@ static void xfer_unref_locked(sw_device *dev, sw__xfer *x)
         return;
     if (x->ev != NULL)
         sw__b_event_release(dev->ops, x->ev);
+    if (x->start != NULL)
+        sw__b_event_release(dev->ops, x->start);
     sw__free(x);
 }
 
@@ -228,7 +233,13 @@ static bool xfer_done_locked(sw_device *dev, sw__xfer *x)
         return false;
     x->done = true;
     x->rc = rc;
-    double dt = now_seconds() - x->t0;
+    /* The device's time for the copies where it can say; else from their
+     * enqueue to now (which counts the wait before them and how late the
+     * end was noticed). */
+    double dt = 0;
+    if (x->start == NULL || rc != SW_OK ||
+        sw__b_event_elapsed(dev->ops, x->start, x->ev, &dt) != SW_OK)
+        dt = now_seconds() - x->t0;
     if (x->kind == SW__XFER_SPILL)
         dev->spill_seconds += dt;
     else
@@ -352,6 +363,7 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
     bool ordered = false; /* the copy queue waits for the default queue */
     double t0 = now_seconds();
     sw__bqueue *cq = copy_queue(dev);
+    sw__bevent *start = NULL; /* before the first copy, after the wait */
 
     /* Choose victims, least recently used first, and queue their copies
      * out behind the work that may use them. */
@@ -389,6 +401,8 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
                             "%zu bytes", dev->name, b->size);
             break;
         }
+        if (victims == NULL && start == NULL)
+            start = sw__b_timing_start(dev, cq);
         rc = b->size ? sw__b_read_q(dev, cq, host, b->mem, 0, b->size)
                      : SW_OK;
         if (rc != SW_OK) {
@@ -410,13 +424,16 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
         skipped = b->tmp_next;
         sw__lru_insert_locked(dev, b);
     }
-    if (victims == NULL)
+    if (victims == NULL) {
+        if (start != NULL)
+            sw__b_event_release(dev->ops, start);
         return rc;
+    }
 
     /* One event for the batch; the default queue waits for it, so the
      * memory can go to the cache now. */
     int wrc = SW_OK;
-    sw__xfer *x = xfer_record_locked(dev, SW__XFER_SPILL, t0, &wrc);
+    sw__xfer *x = xfer_record_locked(dev, SW__XFER_SPILL, t0, start, &wrc);
     while ((b = victims) != NULL) {
         victims = b->tmp_next;
         if (b->xfer != NULL) {
@@ -483,11 +500,18 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
      * cache's rule): the copy in waits for them there. */
     if (rc == SW_OK && dev->copyq != NULL)
         rc = sw__b_queue_wait(dev, cq, dev->q);
-    if (rc == SW_OK && base->size > 0)
+    sw__bevent *start = NULL;
+    if (rc == SW_OK && base->size > 0) {
+        start = sw__b_timing_start(dev, cq);
         rc = sw__b_write_q(dev, cq, mem, 0, base->host, base->size);
+    }
     sw__xfer *x = NULL;
+    if (rc != SW_OK && start != NULL) {
+        sw__b_event_release(dev->ops, start);
+        start = NULL;
+    }
     if (rc == SW_OK) {
-        x = xfer_record_locked(dev, SW__XFER_RESTORE, t0, &rc);
+        x = xfer_record_locked(dev, SW__XFER_RESTORE, t0, start, &rc);
         /* A queue other than the default waits for the copy itself. */
         if (x != NULL && q != NULL && rc == SW_OK)
             rc = sw__b_wait_event(dev, q->bq, x->ev);

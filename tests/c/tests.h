@@ -7,6 +7,12 @@
 #define SW_TESTS_H
 
 #define SW_TEST_LIST(X)                                                       \
+    /* test-backend.c */                                                      \
+    X(backend_copy_queue_overlap)                                             \
+    X(backend_queue_idle)                                                     \
+    X(backend_event_elapsed)                                                  \
+    X(backend_wait_chain)                                                     \
+    X(thread_backend_copy_queues)                                             \
     /* test-inflight.c */                                                     \
     X(inflight_read_write)                                                    \
     X(inflight_free)                                                          \
