@@ -232,6 +232,7 @@ static void reset_state(sw_device *dev)
     dev->queues = NULL;
     dev->live_queues = 0;
     dev->dying_queues = 0;
+    dev->counters_epoch = 0;
     dev->qids = 0;
     dev->heap_bytes = 0;
     memset(dev->callbacks, 0, sizeof dev->callbacks);

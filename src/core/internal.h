@@ -222,6 +222,7 @@ typedef struct sw__xfer {
      * can time events (event_elapsed): their seconds are then the
      * device's, from start to ev.  NULL otherwise. */
     sw__bevent *start;
+    uint32_t epoch; /* dev->counters_epoch when queued */
 } sw__xfer;
 
 /* The host staging pool (hostpool.c): idle host blocks for host copies. */
@@ -349,6 +350,9 @@ struct sw_device {
     sw__queue *queues; /* live and dying queues */
     size_t live_queues;
     size_t dying_queues; /* released, destroyed once idle */
+    /* Bumped by sw_reset_counters: a copy queued before it adds no time
+     * to the counters after it. */
+    uint32_t counters_epoch;
     uint64_t qids; /* ids in use (bit k) */
     sw__buf *live; /* live base buffers */
     size_t live_count;

@@ -193,6 +193,7 @@ static sw__xfer *xfer_record_locked(sw_device *dev, int kind, double t0,
     x->ev = ev;
     x->kind = kind;
     x->t0 = t0;
+    x->epoch = dev->counters_epoch;
     x->start = start;
     return x;
 }
@@ -240,6 +241,8 @@ static bool xfer_done_locked(sw_device *dev, sw__xfer *x)
     if (x->start == NULL || rc != SW_OK ||
         sw__b_event_elapsed(dev->ops, x->start, x->ev, &dt) != SW_OK)
         dt = now_seconds() - x->t0;
+    if (x->epoch != dev->counters_epoch)
+        dt = 0; /* queued before sw_reset_counters: its count went too */
     if (x->kind == SW__XFER_SPILL)
         dev->spill_seconds += dt;
     else

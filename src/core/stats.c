@@ -96,6 +96,7 @@ SW_API int sw_reset_counters(sw_device *dev)
     dev->spilled_bytes_total = dev->restored_bytes_total = 0;
     dev->spill_seconds = dev->restore_seconds = 0;
     dev->alloc_retries = dev->ooms = dev->gc_runs = 0;
+    dev->counters_epoch++;
     sw__unlock(dev);
     return SW_OK;
 }

@@ -15,6 +15,7 @@
     X(thread_backend_copy_queues)                                             \
     /* test-inflight.c */                                                     \
     X(inflight_read_write)                                                    \
+    X(inflight_reset_counters)                                                          \
     X(inflight_free)                                                          \
     X(inflight_relaunch_and_spill_again)                                      \
     X(inflight_prefetch)                                                      \
