@@ -1,0 +1,233 @@
+/*
+ * ops_account.c -- budgets (raised, lowered below what is held, removed),
+ * emptying the cache, peaks and nested peak scopes, synchronizing, and
+ * reference-counted opens of a device.
+ */
+#include "model.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static sw_memory_info info(fz_engine *e, int d)
+{
+    sw_memory_info m;
+    int rc = sw_memory_info_get(e->w->dev[d], &m);
+    if (rc != SW_OK)
+        fz_fail(e->w, e, "sw_memory_info_get(%s): %s", e->w->spec[d],
+                fz_err(rc));
+    return m;
+}
+
+static bool op_budget(fz_engine *e, fz_src *s)
+{
+    int d = fz_pick_dev(e, s);
+    sw_memory_info m = info(e, d);
+    uint64_t held = m.in_use + m.cached, b;
+    uint8_t k = fz_u8(s);
+    switch (k % 8) {
+    case 0: b = 0; break;
+    case 1: b = held + SW_ALLOC_GRANULARITY * fz_below(s, 64); break;
+    case 2: b = held / 2; break; /* below what is held: enforced lazily */
+    case 3: b = SW_ALLOC_GRANULARITY * (1 + fz_below(s, 16)); break;
+    case 4: b = (uint64_t)FZ_MAX_BUF * (1 + fz_below(s, 8)); break;
+    case 5: b = UINT64_MAX; break;
+    case 6: b = 1 + fz_below(s, 4096); break; /* not a granule multiple */
+    default: b = m.in_use + SW_ALLOC_GRANULARITY; break;
+    }
+    fz_note(e, "budget %s = %" PRIu64 " (in_use %" PRIu64 " cached %"
+            PRIu64 ")", e->w->spec[d], b, m.in_use, m.cached);
+    int rc = sw_set_memory_budget(e->w->dev[d], b);
+    fz_result(e, "sw_set_memory_budget", rc, FZ_OK, 0, NULL);
+    fz_devmodel *dm = &e->dm[d];
+    dm->budget = b;
+    if (!e->w->threaded) {
+        m = info(e, d);
+        dm->budget_enforced = b == 0 || m.in_use + m.cached <= b;
+        dm->restores_at_budget = m.restores;
+    }
+    uint64_t got = 1;
+    rc = sw_get_memory_budget(e->w->dev[d], &got);
+    if (rc != SW_OK || (!e->w->threaded && got != b))
+        fz_fail(e->w, e, "sw_get_memory_budget: %s %" PRIu64 ", set %" PRIu64,
+                fz_err(rc), got, b);
+    return true;
+}
+
+static bool op_empty_cache(fz_engine *e, fz_src *s)
+{
+    int d = fz_pick_dev(e, s);
+    fz_note(e, "empty_cache %s", e->w->spec[d]);
+    int rc = sw_empty_cache(e->w->dev[d]);
+    fz_result(e, "sw_empty_cache", rc, FZ_OK, 0, NULL);
+    if (!e->w->threaded && info(e, d).cached != 0)
+        fz_fail(e->w, e, "cached is not 0 after sw_empty_cache");
+    return true;
+}
+
+static bool op_reset_peak(fz_engine *e, fz_src *s)
+{
+    int d = fz_pick_dev(e, s);
+    fz_note(e, "reset_peak %s", e->w->spec[d]);
+    int rc = sw_reset_peak(e->w->dev[d]);
+    fz_result(e, "sw_reset_peak", rc, FZ_OK, 0, NULL);
+    e->dm[d].peak_reset = true;
+    for (int k = 0; k < FZ_NSCOPE; k++)
+        if (e->scope[k].live && e->scope[k].devi == d)
+            e->scope[k].reset_since = true;
+    if (!e->w->threaded) {
+        sw_memory_info m = info(e, d);
+        if (m.peak != m.in_use)
+            fz_fail(e->w, e, "peak %" PRIu64 " != in_use %" PRIu64
+                    " after sw_reset_peak", m.peak, m.in_use);
+    }
+    return true;
+}
+
+static bool op_scope_begin(fz_engine *e, fz_src *s)
+{
+    int k = -1;
+    for (int j = 0; j < FZ_NSCOPE && k < 0; j++)
+        if (!e->scope[j].live)
+            k = j;
+    if (k < 0)
+        return false;
+    int d = fz_pick_dev(e, s);
+    fz_note(e, "peak_scope_begin on %s", e->w->spec[d]);
+    uint64_t in_use = info(e, d).in_use;
+    sw_peak_scope *sc = (sw_peak_scope *)(uintptr_t)0xA5A5;
+    int rc = sw_peak_scope_begin(e->w->dev[d], &sc);
+    if (!fz_result(e, "sw_peak_scope_begin", rc, FZ_OK, 0, NULL)) {
+        if (sc != NULL)
+            fz_fail(e->w, e, "a failed sw_peak_scope_begin left *out set");
+        return true;
+    }
+    fz_scope *f = &e->scope[k];
+    memset(f, 0, sizeof *f);
+    f->live = true;
+    f->s = sc;
+    f->devi = d;
+    f->begin_in_use = in_use;
+    f->min_peak = e->w->threaded ? 0 : in_use;
+    f->seq = ++e->scope_seq;
+    uint64_t p = 0;
+    rc = sw_peak_scope_peak(sc, &p);
+    /* "The scope's peak starts at in_use when it begins." */
+    if (rc != SW_OK || (!e->w->threaded && p != in_use))
+        fz_fail(e->w, e, "a new scope's peak: %s %" PRIu64 ", in_use %"
+                PRIu64, fz_err(rc), p, in_use);
+    f->last_peak = p;
+    return true;
+}
+
+static int live_scope(fz_engine *e, fz_src *s)
+{
+    int start = (int)fz_below(s, FZ_NSCOPE);
+    for (int j = 0; j < FZ_NSCOPE; j++)
+        if (e->scope[(start + j) % FZ_NSCOPE].live)
+            return (start + j) % FZ_NSCOPE;
+    return -1;
+}
+
+static bool op_scope_peak(fz_engine *e, fz_src *s)
+{
+    int k = live_scope(e, s);
+    if (k < 0)
+        return false;
+    fz_note(e, "peak_scope_peak %d", k);
+    uint64_t p = 0;
+    int rc = sw_peak_scope_peak(e->scope[k].s, &p);
+    fz_result(e, "sw_peak_scope_peak", rc, FZ_OK, 0, NULL);
+    return true; /* the check looks at its value */
+}
+
+static bool op_scope_end(fz_engine *e, fz_src *s)
+{
+    int k = live_scope(e, s);
+    if (k < 0)
+        return false;
+    fz_scope *f = &e->scope[k];
+    fz_note(e, "peak_scope_end %d", k);
+    uint64_t in_use = info(e, f->devi).in_use;
+    uint64_t p = 0;
+    int rc = sw_peak_scope_end(f->s, fz_u8(s) < 32 ? NULL : &p);
+    fz_result(e, "sw_peak_scope_end", rc, FZ_OK, 0, NULL);
+    f->live = false;
+    fz_remember_dead(e, 4, f->s);
+    if (p != 0 && !e->w->threaded &&
+        (p < f->last_peak || p < f->min_peak || p < in_use))
+        fz_fail(e->w, e, "an ended scope says %" PRIu64 "; it said %" PRIu64
+                " and in_use is %" PRIu64, p, f->last_peak, in_use);
+    /* Its peak goes to the scopes that began before it. */
+    for (int j = 0; j < FZ_NSCOPE; j++) {
+        fz_scope *o = &e->scope[j];
+        if (!o->live || o->devi != f->devi || o->seq > f->seq)
+            continue;
+        uint64_t q = 0;
+        rc = sw_peak_scope_peak(o->s, &q);
+        if (rc != SW_OK || q < p)
+            fz_fail(e->w, e, "an outer scope says %" PRIu64 " after an inner"
+                    " one ended at %" PRIu64, q, p);
+        if (p > o->min_peak)
+            o->min_peak = p;
+    }
+    return true;
+}
+
+static bool op_sync(fz_engine *e, fz_src *s)
+{
+    int d = fz_pick_dev(e, s);
+    fz_note(e, "synchronize %s", e->w->spec[d]);
+    int rc = sw_device_synchronize(e->w->dev[d]);
+    fz_result(e, "sw_device_synchronize", rc, FZ_OK, 0, NULL);
+    return true;
+}
+
+static bool op_open_close(fz_engine *e, fz_src *s)
+{
+    int d = fz_pick_dev(e, s);
+    fz_note(e, "open + close %s", e->w->spec[d]);
+    sw_device *dev = NULL;
+    int rc = sw_device_open(e->w->spec[d], &dev);
+    if (!fz_result(e, "sw_device_open", rc, FZ_OK, 0, NULL))
+        return true;
+    if (dev != e->w->dev[d])
+        fz_fail(e->w, e, "opening %s again gave another handle",
+                e->w->spec[d]);
+    rc = sw_device_close(dev);
+    fz_result(e, "sw_device_close (a second reference)", rc, FZ_OK, 0, NULL);
+    const char *name = sw_device_name(dev);
+    if (strcmp(name, e->w->spec[d]) != 0)
+        fz_fail(e->w, e, "sw_device_name: %s", name);
+    return true;
+}
+
+static bool op_budget_get(fz_engine *e, fz_src *s)
+{
+    int d = fz_pick_dev(e, s);
+    fz_note(e, "get budget and memory info of %s", e->w->spec[d]);
+    uint64_t b = 1;
+    int rc = sw_get_memory_budget(e->w->dev[d], &b);
+    if (rc != SW_OK || (!e->w->threaded && b != e->dm[d].budget))
+        fz_fail(e->w, e, "sw_get_memory_budget: %s %" PRIu64, fz_err(rc), b);
+    return true;
+}
+
+bool fz_op_account(fz_engine *e, fz_src *s, unsigned k)
+{
+    switch (k) {
+    case 0: return op_budget(e, s);
+    case 1: return op_empty_cache(e, s);
+    case 2: return op_reset_peak(e, s);
+    case 3: return op_scope_begin(e, s);
+    case 4: return op_scope_peak(e, s);
+    case 5: return op_scope_end(e, s);
+    case 6: return op_sync(e, s);
+    case 8:
+        e->burst_left = 2 + (int)fz_below(s, 8);
+        fz_note(e, "burst of %d steps", e->burst_left);
+        return false;
+    default:
+        return fz_u8(s) < 128 ? op_open_close(e, s) : op_budget_get(e, s);
+    }
+}
