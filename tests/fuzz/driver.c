@@ -9,6 +9,37 @@
 #include <time.h>
 
 static double t_start;
+static const uint8_t *cur_data;
+static size_t cur_size;
+
+void fz_driver_input(const uint8_t *data, size_t size)
+{
+    cur_data = data;
+    cur_size = size;
+}
+
+static void save_and_abort(fz_world *w)
+{
+    (void)w;
+    if (cur_data != NULL) {
+        uint64_t h = UINT64_C(1469598103934665603);
+        for (size_t i = 0; i < cur_size; i++)
+            h = (h ^ cur_data[i]) * UINT64_C(1099511628211);
+        const char *dir = getenv("FUZZ_ARTIFACTS");
+        char path[4096];
+        snprintf(path, sizeof path, "%s/divergence-%016llx",
+                 dir && *dir ? dir : ".", (unsigned long long)h);
+        FILE *f = fopen(path, "wb");
+        if (f != NULL) {
+            fwrite(cur_data, 1, cur_size, f);
+            fclose(f);
+            fprintf(stderr, "fuzz: the input (%zu bytes) is in %s\n",
+                    cur_size, path);
+        }
+    }
+    fflush(stderr);
+    abort();
+}
 
 static double now(void)
 {
@@ -29,11 +60,20 @@ void fz_driver_open(fz_world *w, bool threaded)
         devs = "sim:0";
     if (strstr(devs, "sim:1") != NULL)
         setenv("SPILLWAY_SIM_DEVICES", "2", 0);
+    /* Load every backend's runtime now, before libFuzzer sets its signal
+     * handlers: PoCL's LLVM installs its own (SIGABRT, SIGSEGV, ...) when
+     * it is first asked for devices, which would otherwise happen in the
+     * middle of an input (a misuse op opens "opencl:40") and take over
+     * libFuzzer's crash handling: a divergence would abort without the
+     * input being saved. */
+    size_t ndev = 0;
+    (void)sw_device_count(&ndev);
     int rc = fz_world_open(w, devs, threaded);
     if (rc != SW_OK) {
         fprintf(stderr, "fuzz: cannot open the devices '%s'\n", devs);
         exit(2);
     }
+    w->on_fail = save_and_abort;
     fprintf(stderr, "fuzz: %s on", fz_driver_name());
     for (int d = 0; d < w->ndev; d++)
         fprintf(stderr, " %s", w->spec[d]);

@@ -24,5 +24,10 @@ const char *fz_driver_name(void);
 void fz_driver_open(fz_world *w, bool threaded);
 /* Print the run's statistics and its summary line (an atexit handler). */
 void fz_driver_report(void);
+/* The input being run, kept by the world's on_fail: a divergence writes it
+ * to $FUZZ_ARTIFACTS (default .) as divergence-HASH before aborting, so
+ * that it is kept whoever handles SIGABRT (PoCL's LLVM replaces
+ * libFuzzer's signal handlers). */
+void fz_driver_input(const uint8_t *data, size_t size);
 
 #endif

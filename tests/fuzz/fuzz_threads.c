@@ -50,6 +50,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    fz_driver_input(data, size);
     if (size < 8)
         return 0;
     int n = 2 + data[0] % (MAX_THREADS - 1);

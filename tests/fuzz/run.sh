@@ -6,8 +6,9 @@
 #       tests/fuzz/seeds/spillway -seed=1 -runs=4000 -max_total_time=30
 #
 # A libFuzzer target gets a scratch corpus directory first (new inputs go
-# there, never into the committed seeds), then SEEDS; its crash inputs are
-# written under $FUZZ_ARTIFACTS (default build/fuzz-artifacts/).  With
+# there, never into the committed seeds), then SEEDS; its crash inputs
+# (and the input of a divergence, divergence-HASH) are written under
+# $FUZZ_ARTIFACTS/TARGET/ (default build/fuzz-artifacts/).  With
 # FUZZ_CORPUS=DIR the corpus is DIR instead (kept across runs: `make fuzz`).
 # A replayer (name ending in _replay) runs the seed files and then the
 # random inputs OPTIONS ask for.
@@ -37,6 +38,8 @@ if [[ "$name" == *_replay ]]; then
 else
     artifacts=${FUZZ_ARTIFACTS:-build/fuzz-artifacts}/$name
     mkdir -p "$artifacts"
+    # A divergence writes its input there itself (driver.c).
+    export FUZZ_ARTIFACTS=$artifacts
     if [[ -n "${FUZZ_CORPUS:-}" ]]; then
         corpus=$FUZZ_CORPUS
         mkdir -p "$corpus"
@@ -52,7 +55,7 @@ else
     rc=$?
     [[ -n "$scratch" ]] && rm -rf "$scratch"
     if ((rc != 0)); then
-        echo "fuzz: crash inputs (if any) are in $artifacts/; replay one with"
+        echo "fuzz: crash and divergence inputs (if any) are in $artifacts/; replay one with"
         echo "  $target FILE, or build/tests/fuzz/${name}_replay FILE (no libFuzzer; FUZZ_TRACE=1 prints each step)"
     fi
 fi
