@@ -125,7 +125,7 @@ help:
 	@echo "make fuzz       run the libFuzzer target until interrupted (FUZZ_TIME=seconds,"
 	@echo "                FUZZ_TARGET=fuzz_spillway|fuzz_spillway_threads, FUZZ_DEVICES=sim:0,sim:1);"
 	@echo "                its corpus grows in tests/fuzz/corpus/"
-	@echo "make soak       the soak (DURATION=10m, SOAK_DEVICE=sim:0, SOAK_THREADS=4)"
+	@echo "make soak       the soak (DURATION=10m, SOAK_DEVICE=sim:0, SOAK_THREADS=4, SOAK_FAULTS=1)"
 	@echo "make clean      remove the build directories (keeps .venv)"
 	@echo "make distclean  clean, and remove .venv and Python caches"
 	@echo "variables: SUITES=\"c c-tsan\" runs a subset of the suites;"
@@ -229,13 +229,15 @@ fuzz: build-fuzz-all
 
 # The soak: worker threads under a moving budget, every byte checked, the
 # device checked whole every epoch and empty at the end.
+# SOAK_FAULTS=1 also injects device faults under the workers' feet.
 DURATION ?= 10m
 SOAK_DEVICE ?= sim:0
 SOAK_THREADS ?= 4
+SOAK_FAULTS ?= 0
 soak: build
 	SPILLWAY_CUDA_LIBRARY=$${SPILLWAY_CUDA_LIBRARY:-build/tests/c/libcuda_fake.so} \
 	build/tests/soak/spillway-soak --duration $(DURATION) --device $(SOAK_DEVICE) \
-	  --threads $(SOAK_THREADS)
+	  --threads $(SOAK_THREADS) --faults $(SOAK_FAULTS)
 
 demo: build
 	build/spillway info

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ------------------------------------------------------------------------
  * Engines
@@ -250,6 +251,18 @@ void fz_disarm(fz_engine *e)
     e->fault_armed = false;
 }
 
+/* Whether a failure of the model's own call may pass: a resource error
+ * under a fault armed from outside (which goes away by itself). */
+static bool transient(fz_engine *e, int rc, int tries)
+{
+    if (!e->w->outside_faults || tries >= 20000 ||
+        (rc != SW_ERR_OOM && rc != SW_ERR_HOST_OOM && rc != SW_ERR_DEVICE))
+        return false;
+    struct timespec ts = {0, 500 * 1000};
+    nanosleep(&ts, NULL);
+    return true;
+}
+
 int fz_sync_queue(fz_engine *e, sw_queue *q)
 {
     int rc = sw_queue_synchronize(q);
@@ -258,6 +271,26 @@ int fz_sync_queue(fz_engine *e, sw_queue *q)
         fz_disarm(e);
         rc = sw_queue_synchronize(q);
     }
+    for (int k = 0; rc != SW_OK && transient(e, rc, k); k++)
+        rc = sw_queue_synchronize(q);
+    return rc;
+}
+
+int fz_sync_device(fz_engine *e, sw_device *dev)
+{
+    fz_disarm(e);
+    int rc = sw_device_synchronize(dev);
+    for (int k = 0; rc != SW_OK && transient(e, rc, k); k++)
+        rc = sw_device_synchronize(dev);
+    return rc;
+}
+
+int fz_read(fz_engine *e, sw_buffer *h, size_t off, void *dst, size_t n)
+{
+    fz_disarm(e);
+    int rc = sw_buffer_read(h, off, dst, n);
+    for (int k = 0; rc != SW_OK && transient(e, rc, k); k++)
+        rc = sw_buffer_read(h, off, dst, n);
     return rc;
 }
 
@@ -275,6 +308,16 @@ void fz_order_before(fz_engine *e, int devi, int q, const int *slots, int n)
             continue;
         int r = root_of(e, slots[k]);
         int other = e->lastq[r];
+        if (other == FZ_LASTQ_RAW) {
+            if (q >= 0) {
+                int rc = fz_sync_device(e, e->w->dev[devi]);
+                if (rc != SW_OK)
+                    fz_fail(e->w, e, "sw_device_synchronize: %s",
+                            fz_err(rc));
+                memset(e->lastq, 0, sizeof e->lastq);
+            }
+            continue;
+        }
         /* The default queue waits for other queues' work on a buffer by
          * itself (queue.c); one queue does not wait for another's, and
          * raw device memory is not ordered at all. */

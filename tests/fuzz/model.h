@@ -162,6 +162,10 @@ struct fz_world {
     bool host_addressable[FZ_MAX_DEV];
     bool threaded; /* several engines at once: per-engine checks only */
     bool faults;   /* engines may inject device faults */
+    /* Device faults are armed from outside the engines at any time (the
+     * soak's --faults): any call may fail for want of memory, and the
+     * model's own reads and waits retry until the fault is gone. */
+    bool outside_faults;
     fz_callback cb[FZ_MAX_DEV][FZ_NCALLBACK];
     fz_shared shared[FZ_NSHARED];
     int nshared;
@@ -432,6 +436,9 @@ void fz_disarm(fz_engine *e);
 /* sw_queue_synchronize for the model's own ordering (disarms a fault that
  * makes it fail, and waits again). */
 int fz_sync_queue(fz_engine *e, sw_queue *q);
+/* The same for sw_device_synchronize and sw_buffer_read. */
+int fz_sync_device(fz_engine *e, sw_device *dev);
+int fz_read(fz_engine *e, sw_buffer *h, size_t off, void *dst, size_t n);
 void *fz_pick_dead(fz_engine *e, fz_src *s, int kind);
 int fz_pick_dev(fz_engine *e, fz_src *s);
 int fz_pick_queue(fz_engine *e, fz_src *s, int devi);
@@ -462,6 +469,10 @@ void fz_order_before(fz_engine *e, int devi, int q, const int *slots, int n);
 /* q for fz_order_before of a raw launch (any queue): wait for every other
  * queue that used them. */
 #define FZ_RAW_LAUNCH (-2)
+/* lastq of memory a raw launch on the default queue used: the core does
+ * not know (it orders buffers, and a raw launch takes device memory), so
+ * a queue that used the buffer before would not wait for it. */
+#define FZ_LASTQ_RAW 255
 /* After it: remember which queue used them. */
 void fz_order_after(fz_engine *e, int devi, int q, const int *slots, int n);
 /* Before releasing queue q: its work on our buffers must be waited for

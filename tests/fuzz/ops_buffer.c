@@ -232,8 +232,7 @@ static bool op_alloc(fz_engine *e, fz_src *s)
         if (!fz_result(e, "sw_buffer_write (new buffer)", rc,
                        e->w->threaded ? FZ_OK_OR_RES : FZ_OK, 0, NULL)) {
             /* Under a fault: whatever it holds is what it holds. */
-            fz_disarm(e);
-            if (sw_buffer_read(h, 0, e->alloc[a].shadow, size) != SW_OK)
+            if (fz_read(e, h, 0, e->alloc[a].shadow, size) != SW_OK)
                 fz_fail(e->w, e, "reading a new buffer back");
         }
     }

@@ -180,12 +180,8 @@ static bool op_kernel(fz_engine *e, fz_src *s)
     if (q >= 0) {
         /* ... and so is the default queue's, for a launch on a queue. */
         sw_queue *qh = e->queue[ln->devi][q].q;
-        if (!bad && (rc = sw_device_synchronize(e->w->dev[ln->devi])) !=
-                        SW_OK) {
-            fz_disarm(e);
-            if ((rc = sw_device_synchronize(e->w->dev[ln->devi])) != SW_OK)
-                fz_fail(e->w, e, "sw_device_synchronize: %s", fz_err(rc));
-        }
+        if (!bad && (rc = fz_sync_device(e, e->w->dev[ln->devi])) != SW_OK)
+            fz_fail(e->w, e, "sw_device_synchronize: %s", fz_err(rc));
         rc = sw_launch_kernel_q(qh, &args);
         if (rc == SW_OK) {
             int r2 = fz_sync_queue(e, qh);
@@ -200,11 +196,16 @@ static bool op_kernel(fz_engine *e, fz_src *s)
                    SW_ERR_INVALID_ARG, bad ? &snap : NULL))
         return true;
     fz_order_after(e, ln->devi, -1, ln->slot, ln->n);
+    if (q < 0 && e->burst_left > 0)
+        for (int j = 0; j < ln->n; j++) {
+            size_t rj;
+            e->lastq[fz_root(e, e->buf[ln->slot[j]].alloc, 0, &rj)] =
+                FZ_LASTQ_RAW;
+        }
     unsigned char *out = fz_bytes(e, bo->alloc, bo->off);
     if (k == SW_KERNEL_SUM) {
         unsigned char got[8];
-        fz_disarm(e);
-        rc = sw_buffer_read(bo->h, 0, got, 8);
+        rc = fz_read(e, bo->h, 0, got, 8);
         if (rc != SW_OK)
             fz_fail(e->w, e, "reading a sum's result: %s", fz_err(rc));
         /* The sum of nothing is 0. */

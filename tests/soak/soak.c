@@ -2,9 +2,10 @@
  * soak.c -- spillway under sustained load, for as long as asked.
  *
  *   spillway-soak [--duration 10m] [--device sim:0] [--threads 4]
- *                 [--seed N] [--epoch SECONDS]
+ *                 [--seed N] [--epoch SECONDS] [--faults 1]
  *
- * (or $DURATION, $SOAK_DEVICE, $SOAK_THREADS, $SOAK_SEED; `make soak`.)
+ * (or $DURATION, $SOAK_DEVICE, $SOAK_THREADS, $SOAK_SEED, $SOAK_FAULTS;
+ * `make soak`.)
  *
  * Worker threads each run the fuzzer's model engine (tests/fuzz/model.h)
  * on a never-ending random stream: allocating, freeing, writing and
@@ -16,6 +17,12 @@
  * step.  Three shared read-only buffers are read and used as kernel
  * inputs by all of them.  The main thread moves the budget every few
  * hundred milliseconds, so that buffers spill and come back all the time.
+ *
+ * With --faults 1 the main thread also arms device faults (allocation,
+ * copy, host allocation; one-shot or persistent) for a few tens of
+ * milliseconds at a time, while the workers run: any call may then fail
+ * for want of memory, and must have changed nothing when it does (spills
+ * and restores failing under other threads' feet included).
  *
  * Every epoch (default 2 s) the workers pause between steps and the main
  * thread checks the device as a whole: in_use and spilled are exactly the
@@ -249,6 +256,7 @@ int main(int argc, char **argv)
     const char *spec = getenv("SOAK_DEVICE");
     const char *thr = getenv("SOAK_THREADS");
     const char *seed_s = getenv("SOAK_SEED");
+    const char *faults_s = getenv("SOAK_FAULTS");
     double epoch = 2.0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--duration") == 0)
@@ -261,9 +269,12 @@ int main(int argc, char **argv)
             seed_s = argv[i + 1];
         else if (strcmp(argv[i], "--epoch") == 0)
             epoch = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--faults") == 0)
+            faults_s = argv[i + 1];
         else {
             fprintf(stderr, "usage: %s [--duration 10m] [--device sim:0] "
-                    "[--threads 4] [--seed N] [--epoch S]\n", argv[0]);
+                    "[--threads 4] [--seed N] [--epoch S] [--faults 1]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -290,9 +301,12 @@ int main(int argc, char **argv)
         SW_OK)
         return 2;
     world.on_fail = on_fail;
+    bool faults = faults_s != NULL && atoi(faults_s) != 0;
+    world.outside_faults = faults;
     t0 = now();
-    fprintf(stderr, "soak: %s, %d threads, %.0f s, seed %" PRIu64 "\n",
-            world.spec[0], nworkers, seconds, seed);
+    fprintf(stderr, "soak: %s, %d threads, %.0f s, seed %" PRIu64 "%s\n",
+            world.spec[0], nworkers, seconds, seed,
+            faults ? ", with injected faults" : "");
 
     fz_src hdr;
     fz_src_prng(&hdr, seed);
@@ -318,6 +332,17 @@ int main(int argc, char **argv)
         uint64_t b = budgets[fz_splitmix(&rng) % 8];
         if (sw_set_memory_budget(world.dev[0], b) != SW_OK)
             fz_fail(&world, NULL, "soak: setting the budget");
+        if (faults && fz_splitmix(&rng) % 2 == 0) {
+            /* A fault for a moment, under the workers' feet. */
+            sw_fault_op op = (sw_fault_op)(fz_splitmix(&rng) % 3);
+            uint64_t nth = 1 + fz_splitmix(&rng) % 20;
+            int persistent = (int)(fz_splitmix(&rng) % 2);
+            if (sw_inject_fault(world.dev[0], op, nth, persistent) != SW_OK)
+                fz_fail(&world, NULL, "soak: arming a fault");
+            atomic_fetch_add(&world.stats.faults_armed, 1);
+            usleep((useconds_t)(10000 + fz_splitmix(&rng) % 40000));
+            (void)sw_inject_fault(world.dev[0], op, 0, 0);
+        }
         if (now() >= next_epoch) {
             pause_all();
             epoch_check();
