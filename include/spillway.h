@@ -97,22 +97,55 @@ SW_API const char *sw_format_bytes(uint64_t n, char *buf, size_t len);
  * Element types and built-in kernels
  * ---------------------------------------------------------------------- */
 
+/* Element types: every fixed-size NumPy type in native byte order, and
+ * bfloat16.  Values are only ever appended. */
 typedef enum sw_dtype {
     SW_FLOAT32 = 0,
     SW_FLOAT64 = 1,
     SW_INT32 = 2,
     SW_INT64 = 3,
+    SW_BOOL = 4, /* one byte, 0 or 1 */
+    SW_INT8 = 5,
+    SW_INT16 = 6,
+    SW_UINT8 = 7,
+    SW_UINT16 = 8,
+    SW_UINT32 = 9,
+    SW_UINT64 = 10,
+    SW_FLOAT16 = 11,  /* IEEE binary16; kernels compute in float32 */
+    SW_BFLOAT16 = 12, /* the top half of a float32; computed in float32 */
+    SW_COMPLEX64 = 13,  /* two float32: real, imaginary */
+    SW_COMPLEX128 = 14, /* two float64 */
 } sw_dtype;
+#define SW_DTYPE_COUNT 15
 
 /* Size in bytes of one element, or 0 for an unknown dtype. */
 SW_API size_t sw_dtype_size(sw_dtype dtype);
-/* "float32", ...; NULL for an unknown dtype. */
+/* NumPy's name ("float32", "bool", "bfloat16", ...); NULL for an unknown
+ * dtype. */
 SW_API const char *sw_dtype_name(sw_dtype dtype);
+/* The dtype of that name, or SW_ERR_DTYPE. */
+SW_API int sw_dtype_from_name(const char *name, sw_dtype *out);
 
-/* A scalar argument or result: .f for float dtypes, .i for integer ones. */
+/* The kind of a dtype, which says which member of sw_scalar carries its
+ * values (fill values, alpha, sums). */
+typedef enum sw_dtype_kind {
+    SW_KIND_BOOL = 0,    /* .i: 0 or 1 */
+    SW_KIND_INT = 1,     /* .i (signed integers) */
+    SW_KIND_UINT = 2,    /* .u (unsigned integers) */
+    SW_KIND_FLOAT = 3,   /* .f (float16, bfloat16, float32, float64) */
+    SW_KIND_COMPLEX = 4, /* .c */
+} sw_dtype_kind;
+/* The kind of dtype; SW_ERR_DTYPE for an unknown one. */
+SW_API int sw_dtype_kind_get(sw_dtype dtype, sw_dtype_kind *kind);
+
+/* A scalar argument or result, read by the dtype's kind. */
 typedef union sw_scalar {
     double f;
     int64_t i;
+    uint64_t u;
+    struct {
+        double re, im;
+    } c;
 } sw_scalar;
 
 /* ------------------------------------------------------------------------
@@ -163,6 +196,12 @@ SW_API const char *sw_device_description(const sw_device *dev);
  * 0 otherwise (OpenCL's cl_mem handles, CUDA device memory). */
 SW_API int sw_device_host_addressable(sw_device *dev, int *yes);
 
+/* The dtypes the device's kernels support: bit d of *mask is set when
+ * dtype d is (e.g. an OpenCL device without cl_khr_fp64 lacks float64 and
+ * complex128).  Every dtype can be stored, read and written on every
+ * device; only kernels need support. */
+SW_API int sw_device_dtypes(sw_device *dev, uint32_t *mask);
+
 /* Wait until all work queued on the device, on every queue, has completed.
  * The device lock is not held while waiting. */
 SW_API int sw_device_synchronize(sw_device *dev);
@@ -189,6 +228,12 @@ typedef struct sw_memory_info {
     uint64_t alloc_retries; /* allocation attempts repeated after a failure */
     uint64_t ooms;          /* allocations that failed for good */
     uint64_t gc_runs;       /* collections run by pressure callbacks */
+    /* Appended in 0.2. */
+    uint64_t peak_reserved; /* highest in_use + cached since open or
+                             * sw_reset_peak (PyTorch's max reserved) */
+    uint64_t live_buffers;  /* live base buffers, spilled ones included */
+    uint64_t host_pool;       /* idle host memory kept for host copies */
+    uint64_t host_pool_limit; /* its bound (sw_set_host_pool_limit) */
 } sw_memory_info;
 
 /* Sizes are rounded up to a multiple of this (the unit of in_use).  A
@@ -197,8 +242,15 @@ typedef struct sw_memory_info {
 
 SW_API int sw_memory_info_get(sw_device *dev, sw_memory_info *out);
 
-/* peak = in_use.  Open peak scopes are not disturbed. */
+/* peak = in_use and peak_reserved = in_use + cached.  Open peak scopes are
+ * not disturbed. */
 SW_API int sw_reset_peak(sw_device *dev);
+
+/* Zero the counters (allocs, frees, spills, restores, the byte and second
+ * totals, alloc_retries, ooms, gc_runs), as PyTorch's
+ * reset_accumulated_memory_stats; in_use, cached, spilled and the peaks
+ * are not counters and stay. */
+SW_API int sw_reset_counters(sw_device *dev);
 
 /* Peak scopes report the highest in_use between their begin and end.  They
  * nest (and may even end out of order, from different threads): neither an
@@ -216,19 +268,34 @@ SW_API int sw_peak_scope_end(sw_peak_scope *scope, uint64_t *peak);
  * cache, oldest blocks first, then spills least-recently-used buffers to
  * host memory until it fits; it fails with SW_ERR_OOM only when what cannot
  * move (pinned, exposed, external buffers) leaves no room.  A budget below
- * what is already held is accepted and enforced lazily: the next
- * allocation or restore makes room. */
+ * what is already held takes effect at once: the cache is trimmed and
+ * least-recently-used buffers are spilled until in_use + cached fits, or
+ * nothing more can move (what is pinned or leased stays; the next
+ * allocation is then refused until room is made).  Should a spill fail on
+ * the way (no host memory, a copy error), its buffers stay resident and
+ * intact and the budget still stands: the call returns SW_OK. */
 SW_API int sw_set_memory_budget(sw_device *dev, uint64_t bytes);
 SW_API int sw_get_memory_budget(sw_device *dev, uint64_t *bytes);
 
-/* Release every cached block back to the device. */
+/* Release every cached block back to the device.  The host staging pool
+ * is kept (sw_release_host_pool). */
 SW_API int sw_empty_cache(sw_device *dev);
+
+/* The host staging pool: host memory that spills copy into, reused (fresh
+ * memory costs a page fault per page; on CUDA it is page-locked so copies
+ * run at full rate and asynchronously).  Only idle blocks count against
+ * its bound, which is $SPILLWAY_HOST_POOL at open (a size such as "2G")
+ * or 1 GiB; a block holding spilled data counts in `spilled`. */
+SW_API int sw_set_host_pool_limit(sw_device *dev, uint64_t bytes);
+/* Give every idle block of the pool back to the system. */
+SW_API int sw_release_host_pool(sw_device *dev);
 
 /* ------------------------------------------------------------------------
  * Buffers
  * ---------------------------------------------------------------------- */
 
 typedef struct sw_buffer sw_buffer;
+typedef struct sw_queue sw_queue; /* see "Queues" below */
 
 /* Device memory as a launch sees it: base is the backend's handle of the
  * whole allocation (a device address on the simulated device and CUDA, a
@@ -285,8 +352,36 @@ SW_API int sw_buffer_state_get(sw_buffer *buf, sw_buffer_state *state);
 /* Copies the tag (possibly "") into buf of len bytes, truncating. */
 SW_API int sw_buffer_tag(sw_buffer *buf, char *out, size_t len);
 
+/* What sw_memory_snapshot says about one live base buffer (views are
+ * counted in their base). */
+typedef struct sw_buffer_info {
+    uint64_t id;         /* unique for the life of the process */
+    uint64_t size;       /* bytes requested */
+    uint64_t alloc_size; /* bytes held (rounded); 0 for external memory */
+    sw_buffer_state state;
+    int external;        /* wraps memory spillway does not own */
+    int moving;          /* a spill or restore is copying it now */
+    uint32_t pins;       /* launches and transfers holding it in place */
+    uint32_t leases;     /* live exposure leases */
+    uint32_t views;      /* live views */
+    uint32_t handles;    /* references to the base handle itself; 0 when
+                          * only views, pins or leases keep it */
+    uint64_t last_use;   /* the device clock at its last use (LRU order) */
+    uint64_t queues;     /* bit k: queue id k used it since the default
+                          * queue last waited for it (0: default only) */
+    char tag[SW_TAG_MAX + 1];
+} sw_buffer_info;
+
+/* Every live base buffer of dev, most recently allocated first: up to cap
+ * of them into out (which may be NULL when cap is 0), and their total
+ * number in *count (so a caller can size out and ask again). */
+SW_API int sw_memory_snapshot(sw_device *dev, sw_buffer_info *out,
+                              size_t cap, size_t *count);
+
 /* Host access to bytes [offset, offset + n).  Ordered after work already
- * queued on the device; they return once the copy is complete.  A range
+ * queued on the device; they return once the copy is complete.  Small
+ * transfers (at most 4 KiB) are done inline, without the queue, when the
+ * device's memory is host memory and nothing is queued.  A range
  * past the end is SW_ERR_OUT_OF_RANGE.  A spilled buffer is read and
  * written in its host copy and stays spilled: only the device brings a
  * buffer back. */
@@ -305,7 +400,17 @@ SW_API int sw_buffer_copy(sw_buffer *dst, size_t dst_offset, sw_buffer *src,
 SW_API int sw_buffer_fill(sw_buffer *buf, size_t offset, size_t n,
                           const void *pattern, size_t pattern_size);
 
-/* The buffer's device memory, restoring it if spilled.  The memory may
+/* Start bringing a spilled buffer back to the device without waiting:
+ * its copy is queued on the copy queue, and work queued later on the
+ * default queue (and on q, which may be NULL) runs after it.  Call it a
+ * step ahead of the work that needs the buffer -- the next layer's
+ * weights, the next block of a pipeline -- so that the copy overlaps the
+ * work of this step.  A no-op for a resident buffer (beyond ordering q
+ * after it).  May spill others to make room, as any restore. */
+SW_API int sw_buffer_prefetch(sw_buffer *buf, sw_queue *q);
+
+/* The buffer's device memory, restoring it if spilled (and waiting for the
+ * restore's copy: the pointer may be used outside spillway).  The memory may
  * move again at the next allocation that needs room: hold it across a
  * launch with sw_launch_begin, or for longer with sw_buffer_expose. */
 SW_API int sw_buffer_device_ptr(sw_buffer *buf, sw_devmem *out);
@@ -352,10 +457,14 @@ typedef enum sw_kernel {
     SW_KERNEL_ADD = 2,   /* out[i] = a[i] + b[i]             */
     SW_KERNEL_SCALE = 3, /* out[i] = alpha * a[i]            */
     SW_KERNEL_AXPY = 4,  /* out[i] = alpha * a[i] + out[i]   */
-    SW_KERNEL_SUM = 5,   /* out[0] = sum of a[0..n): float32 and float64
-                          * sum into one float64, int32 and int64 into one
-                          * int64 (wrapping); a fixed order, so results are
-                          * reproducible */
+    SW_KERNEL_SUM = 5,   /* out[0] = sum of a[0..n) in a fixed order (so
+                          * results are reproducible), into one 8-byte
+                          * value read as a sw_scalar of the dtype's kind:
+                          * float types into a float64 (.f), signed
+                          * integers into an int64 and unsigned ones into
+                          * a uint64 (wrapping), bool into a count (.i);
+                          * complex types into a complex128 (16 bytes,
+                          * .c) */
 } sw_kernel;
 
 /* "fill", "copy", "add", "scale", "axpy", "sum"; NULL for an unknown
@@ -374,7 +483,10 @@ typedef struct sw_kernel_args {
 /* Queue a built-in kernel on device memory obtained from sw_launch_begin.
  * Typed operands (every operand but FILL's and COPY's, and SUM's out) must
  * be aligned to their element size: SW_ERR_INVALID_ARG otherwise, checked
- * here for every backend.  Integer arithmetic wraps.  The simulated device checks, when the kernel
+ * here for every backend.  Integer arithmetic wraps; float16 and bfloat16
+ * compute in float32 and round to nearest even; bool supports FILL, COPY
+ * and SUM only.  A dtype the device cannot compute with (see
+ * sw_device_dtypes) is SW_ERR_DTYPE naming the device.  The simulated device checks, when the kernel
  * runs, that every byte it touches lies inside a live allocation, and
  * aborts the process with a report otherwise. */
 SW_API int sw_launch_kernel(sw_device *dev, const sw_kernel_args *args);
@@ -512,6 +624,100 @@ SW_API void sw_pressure_relock(sw_pressure *p);
 /* Inside a callback, lock held: count one garbage-collector run in the
  * device's gc_runs. */
 SW_API void sw_pressure_note_gc(sw_pressure *p);
+
+/* ------------------------------------------------------------------------
+ * Memory history
+ *
+ * A bounded ring of memory events per device, off by default (then each
+ * place that would record one costs a single predictable branch).  Every
+ * event carries the device's totals after it, so the history replays
+ * exactly: in_use, cached and spilled change only through the events
+ * marked [in_use +] etc. below.  Names follow PyTorch's memory history
+ * where one exists.  docs/memory-history.md documents the formats.
+ * ---------------------------------------------------------------------- */
+
+typedef enum sw_trace_kind {
+    SW_TRACE_START = 0,       /* tracing began: the totals as they were */
+    SW_TRACE_ALLOC = 1,       /* a buffer was allocated [in_use +size] */
+    SW_TRACE_FREE = 2,        /* a base was released [in_use -size, or
+                               * spilled -size when it was spilled] */
+    SW_TRACE_CACHE_HIT = 3,   /* memory taken from the cache [cached -] */
+    SW_TRACE_CACHE_PUT = 4,   /* memory kept in the cache [cached +] */
+    SW_TRACE_CACHE_TRIM = 5,  /* cached memory given back [cached -] */
+    SW_TRACE_SPILL_BEGIN = 6, /* a buffer's copy out was queued and its
+                               * device memory given up [in_use -size,
+                               * spilled +size] */
+    SW_TRACE_SPILL_END = 7,   /* ...the copy completed; aux 1 if it failed
+                               * on the device */
+    SW_TRACE_RESTORE_BEGIN = 8, /* a copy in was queued [spilled -size,
+                                 * in_use +size]; aux 1: a prefetch */
+    SW_TRACE_RESTORE_END = 9, /* ...completed; aux 1: failed */
+    SW_TRACE_PREFETCH = 10,   /* a restore started ahead of use */
+    SW_TRACE_BUDGET = 11,     /* the budget was set to aux */
+    SW_TRACE_PRESSURE_BEGIN = 12, /* pressure callbacks start (size: the
+                                   * request that failed) */
+    SW_TRACE_PRESSURE_END = 13,   /* ...end; aux 1 if one freed memory */
+    SW_TRACE_GC = 14,         /* a callback ran a garbage collection */
+    SW_TRACE_OOM = 15,        /* an allocation failed for good (size:
+                               * requested); the report is kept with it */
+    SW_TRACE_LEASE = 16,      /* a lease was taken (aux: leases now) */
+    SW_TRACE_LEASE_RELEASE = 17,
+    SW_TRACE_QUEUE_CREATE = 18,  /* queue id in .queue */
+    SW_TRACE_QUEUE_DESTROY = 19,
+} sw_trace_kind;
+#define SW_TRACE_KIND_COUNT 20
+
+/* "alloc", "free", "cache_hit", ... ; NULL for an unknown kind. */
+SW_API const char *sw_trace_kind_name(sw_trace_kind kind);
+
+typedef struct sw_trace_event {
+    uint64_t seq;     /* 0, 1, 2, ... since sw_trace_start (dropped
+                       * events leave gaps) */
+    uint64_t time_ns; /* CLOCK_MONOTONIC */
+    uint32_t kind;    /* sw_trace_kind */
+    uint32_t queue;   /* queue id; 0 for the default queue */
+    uint64_t buffer;  /* the base buffer's id (sw_buffer_info.id), or 0 */
+    uint64_t size;    /* bytes the event is about (rounded for memory) */
+    uint64_t aux;     /* as the kind says */
+    uint64_t in_use, cached, spilled, budget; /* totals after the event */
+    char tag[SW_TAG_MAX + 1];
+} sw_trace_event;
+
+typedef struct sw_trace_options {
+    size_t capacity; /* events kept; 0: the default, 65536.  At most
+                      * 2^24 (SW_ERR_TOO_LARGE above). */
+} sw_trace_options;
+
+/* Start recording on dev (opts may be NULL).  Starting again clears the
+ * ring and applies the new options. */
+SW_API int sw_trace_start(sw_device *dev, const sw_trace_options *opts);
+/* Stop recording; the ring is kept for reading and dumping until the next
+ * start.  SW_ERR_INVALID_ARG if tracing was never started. */
+SW_API int sw_trace_stop(sw_device *dev);
+/* Copy up to cap of the kept events, oldest first, into out; *count says
+ * how many are kept and *dropped how many were overwritten since start
+ * (each may be NULL). */
+SW_API int sw_trace_read(sw_device *dev, sw_trace_event *out, size_t cap,
+                         size_t *count, uint64_t *dropped);
+/* The out-of-memory report of an SW_TRACE_OOM event (its aux), copied
+ * into buf; "" when it is no longer kept (the last 16 are). */
+SW_API int sw_trace_oom_report(sw_device *dev, uint64_t aux, char *buf,
+                               size_t len);
+/* Write the history to path: format "chrome" (the Chrome Trace Event
+ * JSON format; Perfetto's UI and chrome://tracing open it) or
+ * "snapshot" (every live buffer now, the totals, and the kept history).
+ * May be called while recording and from any thread. */
+SW_API int sw_trace_dump(sw_device *dev, const char *path,
+                         const char *format);
+/* Call fn(ev, user) for every event as it is recorded (while tracing is
+ * started), to forward it to an embedding runtime's own profiler; NULL
+ * removes it.  fn runs with the device lock held: it must not call
+ * spillway, block, or take a lock that is held while calling spillway. */
+typedef void (*sw_trace_fn)(const sw_trace_event *ev, void *user);
+SW_API int sw_trace_set_callback(sw_device *dev, sw_trace_fn fn, void *user);
+
+/* The id of the base buffer behind a handle, as in snapshots and traces. */
+SW_API int sw_buffer_id(sw_buffer *buf, uint64_t *id);
 
 /* ------------------------------------------------------------------------
  * Fault injection (every backend: done in the core's wrapper of each

@@ -4,11 +4,12 @@
  * spillway's spills use today) and pinned host memory (cuMemHostAlloc: what
  * pinned staging would use).  Driver API only, loaded with dlopen through
  * the backend's declarations (src/backend/cuda_api.h), so it builds with
- * nothing but a C compiler:
+ * nothing CUDA installed; meson builds it (bench/gpu/meson.build) as
+ * BUILDDIR/bench/gpu/copy_rates:
  *
- *   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/gpu/copy_rates.c -ldl \
- *      -o copy_rates
- *   ./copy_rates [DEVICE_INDEX [MIB]]        (default 0 and 256)
+ *   copy_rates [DEVICE_INDEX [MIB]]        (default 0 and 256)
+ *
+ * $SPILLWAY_CUDA_LIBRARY names the driver library, as for the backend.
  *
  * Prints "RESULT name=value" lines (GB/s = 1e9 bytes per second, best of 5
  * after a warm-up) that bench/gpu/check.sh reads, and exits 1 with a
@@ -72,7 +73,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: copy_rates [DEVICE_INDEX [MIB]]\n");
         return 2;
     }
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    /* As the backend does: $SPILLWAY_CUDA_LIBRARY names another driver
+     * (check.sh's dry run points it at the fake one). */
+    const char *path = getenv("SPILLWAY_CUDA_LIBRARY");
+    if (path == NULL || path[0] == '\0')
+        path = "libcuda.so.1";
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL) {
         fprintf(stderr, "copy_rates: %s\n", dlerror());
         return 1;

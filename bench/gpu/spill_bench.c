@@ -12,6 +12,8 @@
  *
  *   spill_bench [SPEC]          (default cuda:0)
  *
+ * Built by meson (bench/gpu/meson.build) as BUILDDIR/bench/gpu/spill_bench.
+ *
  * Prints "RESULT name=value" lines for bench/gpu/check.sh and exits 1 on
  * any failure, with the library's message.
  */

@@ -79,6 +79,9 @@ from ._spillway import (
 )
 from ._spillway import _atexit as _spillway_atexit
 from ._summary import memory_summary
+from .history import MemoryHistory, dump_memory_history, memory_history
+# matplotlib is imported only when a picture is drawn.
+from .plot import plot_memory_history
 
 # Python host tasks take the GIL on their queue's thread: wait for them
 # before the interpreter finalizes (they could never get it then).
@@ -91,6 +94,7 @@ __all__ = [
     "DeviceError",
     "DeviceMemoryError",
     "Event",
+    "MemoryHistory",
     "MemoryInfo",
     "OrderManagerMap",
     "PeakScope",
@@ -100,13 +104,16 @@ __all__ = [
     "asarray",
     "axpy",
     "devices",
+    "dump_memory_history",
     "empty",
     "empty_cache",
     "get_memory_budget",
+    "memory_history",
     "memory_info",
     "memory_peak",
     "memory_summary",
     "order_manager",
+    "plot_memory_history",
     "reset_peak_memory",
     "scale",
     "set_memory_budget",

@@ -1,22 +1,16 @@
 """memory_summary(): a readable table of a device's accounting."""
 
-from ._spillway import memory_info, Device
+from ._spillway import memory_info, Device, _format_bytes
 
 __all__ = ["memory_summary", "format_bytes"]
 
 
 def format_bytes(n):
-    """1536 -> '1.50 KiB'; None -> 'n/a'."""
+    """1536 -> '1.50 KiB'; None -> 'n/a'.  The library's formatter
+    (sw_format_bytes), so sizes read the same here as in its messages."""
     if n is None:
         return "n/a"
-    if n < 1024:
-        return f"{n} B"
-    value = float(n)
-    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
-        value /= 1024.0
-        if value < 1024.0 or unit == "PiB":
-            return f"{value:.2f} {unit}"
-    raise AssertionError("unreachable")
+    return _format_bytes(n)
 
 
 def memory_summary(device=None):

@@ -1,5 +1,9 @@
 """Helpers for spillway's own tests: not part of the API.
 
+They live in a separate extension module, spillway._spillway_testing, built
+in the build tree only (neither it nor this file is installed); it reaches
+spillway._spillway through the capsule spillway._spillway._testing_api.
+
 start_c_thread_allocating(device, nbytes, count, hold=0, tag=None)
     Start a plain C thread -- one that never held the GIL and has no Python
     thread state -- that allocates `count` buffers of `nbytes` on `device`,
@@ -23,20 +27,20 @@ wait_host_tasks(timeout=None)
     seconds.
 object_counts()
     {'queues', 'managers', 'events', 'host_tasks'}: live Queue,
-    SequentialOrderManager and Event objects, and Python host tasks not yet
-    finished (process-wide).
+    SequentialOrderManager and Event objects of spillway._spillway, and
+    Python host tasks not yet finished (process-wide).
 """
 
-from ._spillway import (
-    _gc_backoff as gc_backoff,
-    _gc_backoff_reset as gc_backoff_reset,
-    _gc_stats as gc_stats,
-    _inject_fault as inject_fault,
-    _object_counts as object_counts,
-    _open_devices as open_devices,
-    _start_c_thread_allocating as start_c_thread_allocating,
-    _track_arrays as track_arrays,
-    _wait_host_tasks as wait_host_tasks,
+from ._spillway_testing import (
+    gc_backoff,
+    gc_backoff_reset,
+    gc_stats,
+    inject_fault,
+    object_counts,
+    open_devices,
+    start_c_thread_allocating,
+    track_arrays,
+    wait_host_tasks,
 )
 
 __all__ = [

@@ -4,8 +4,8 @@
  *
  * Written from the specification rather than vendored: the ABI is a handful
  * of plain structs whose layout is fixed by the standard.  Names follow
- * dlpack.h so that readers recognise them; the file is private to
- * _spillway.c and never installed.
+ * dlpack.h so that readers recognise them; the file is private to the
+ * extension module (dlpack.c, dtype.c) and never installed.
  *
  * Two forms exist and both are produced:
  *  - DLManagedTensor, in a capsule named "dltensor" (DLPack < 1.0, and

@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SW__BACKEND_VERSION 2
+#define SW__BACKEND_VERSION 3
 
 typedef struct sw__bdev sw__bdev;     /* a backend's open device */
 typedef struct sw__bqueue sw__bqueue; /* an in-order queue on it */
@@ -53,6 +53,12 @@ typedef struct sw__device_props {
     /* Nonzero when device addresses are host addresses (the simulated
      * device; a CPU OpenCL device whose buffers can be mapped). */
     int host_addressable;
+    /* Bit d: the built-in kernels support sw_dtype d.  0 means the four of
+     * contract version 1 (float32, float64, int32, int64); the core never
+     * launches a dtype that is not here. */
+    uint32_t dtypes;
+    /* When dtypes lacks some, why (one line, e.g. "no cl_khr_fp64"). */
+    char dtypes_why[96];
 } sw__device_props;
 
 typedef struct sw__backend_ops {
@@ -99,8 +105,11 @@ typedef struct sw__backend_ops {
     /* pre: pattern_size in {1,2,4,8}, n a multiple of it. */
     int (*fill)(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
                 const void *pattern, size_t pattern_size);
-    /* A built-in kernel; args validated by the core (dtype, kernel, n > 0,
-     * operand ranges inside the buffers the core knows of). */
+    /* A built-in kernel; args validated by the core (kernel, a dtype of
+     * props.dtypes, n > 0 and its byte count, typed operands aligned to
+     * their elements, operand ranges inside the buffers the core knows
+     * of).  A backend checks only what it alone can know, such as an
+     * operand lying inside what its runtime allocated. */
     int (*launch)(sw__bqueue *q, const sw_kernel_args *args);
 
     /* An event completes when all work enqueued on q before it has. */
@@ -112,7 +121,10 @@ typedef struct sw__backend_ops {
      * error of the work before it, as event_query. */
     int (*event_wait)(sw__bevent *ev);
     void (*event_release)(sw__bevent *ev);
-    /* Without the device lock: wait for all work on q. */
+    /* Without the device lock: wait for all work on q.  Must not allocate
+     * host memory: it is the core's way to wait when no event can be had
+     * (a copy into host memory must have ended before that memory is
+     * reused). */
     int (*synchronize)(sw__bqueue *q);
 
     /* Version 2. */
@@ -121,6 +133,25 @@ typedef struct sw__backend_ops {
      * released right after.  NULL in a version-1 table: the core then
      * waits on the host instead. */
     int (*wait_event)(sw__bqueue *q, sw__bevent *ev);
+
+    /* Version 3.  Each may be NULL: the core then does without it. */
+    /* A second in-order queue of the device for copies between host and
+     * device memory (spills and restores), created by open and destroyed
+     * by close (no reservation of device memory, unlike queue_create), so
+     * that copies run beside kernels: a second CUDA stream, a second
+     * OpenCL queue, a copy worker on the simulated device.  NULL: copies go
+     * on the default queue. */
+    sw__bqueue *(*copy_queue)(sw__bdev *dev);
+    /* Nonzero when nothing is queued on q or running there now (never
+     * blocks): a small host transfer may then be done inline.  With the
+     * device lock held. */
+    int (*queue_idle)(sw__bqueue *q);
+    /* Host memory for the staging pool that spills copy into, page-locked
+     * where the backend can so that copies run at full rate and
+     * asynchronously (cuMemHostAlloc).  With the device lock held; NULL
+     * members: the core's own host allocator. */
+    int (*host_alloc)(sw__bdev *dev, size_t size, void **out);
+    void (*host_free)(sw__bdev *dev, void *p, size_t size);
 } sw__backend_ops;
 
 /* The backends this build has (NULL-free list in src/core/device.c). */

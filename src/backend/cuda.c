@@ -1,6 +1,19 @@
 /*
  * cuda.c -- NVIDIA GPUs through the CUDA driver API, loaded at run time.
  *
+ * The divisions of this file, in order:
+ *   - The driver: loading libcuda.so.1 once per process, error names and
+ *     codes.  (NVRTC, the kernels' source and their compilation are
+ *     cuda_nvrtc.c's.)
+ *   - The built-in kernels: the tables of entry names and parameter sizes
+ *     that launches are checked against.
+ *   - Devices, queues and events: types, the current context, reference
+ *     counts, recycled events, the fallback allocator's deferred frees.
+ *   - Operations (the ops table's functions): devices; memory; queues;
+ *     transfers and fills; kernels (loading the module, launching);
+ *     events and waiting.
+ *   - The ops table.
+ *
  * Nothing CUDA is needed to build this file: cuda_api.h declares the few
  * types, constants and entry points used, and libcuda.so.1 is dlopen'ed the
  * first time anyone asks how many CUDA devices there are.  Without a driver
@@ -38,9 +51,10 @@
  *    memory returns once the copy is done (ordered after the stream's
  *    earlier work), cuMemcpyHtoDAsync once the source has been staged.
  *    Pinned staging buffers would make both asynchronous; docs/cuda.md.
- *  - The built-in kernels are CUDA C, compiled at first use by NVRTC
- *    (libnvrtc dlopen'ed too) for the device's architecture, once per
- *    architecture per process, and loaded once per device.  Integer kernels
+ *  - The built-in kernels are CUDA C (src/backend/kernels/cuda.cu, embedded
+ *    at build time), compiled at first use by NVRTC (libnvrtc dlopen'ed
+ *    too) for the device's architecture, once per architecture per
+ *    process, and loaded once per device.  Integer kernels
  *    compute in unsigned types (so they wrap); floats are compiled with
  *    --fmad=false (a*x + y rounds twice, as on the host); sums reduce in a
  *    fixed order (a grid of at most 256 blocks of 256 threads, each thread
@@ -49,12 +63,11 @@
  *  - Events are CUDA events without timing, recycled per device.
  *
  * Threads and locks.  The core holds its device mutex around everything
- * except the event operations, synchronize and queue_destroy.  Our own
- * state those touch: a device's event free list (ev_mu, a leaf) and its
- * reference count (atomic: the open, every live event and every queue hold
- * one, so that the primary context stays retained while any of our handles
- * exists).  The loader and the NVRTC loader run once (pthread_once); the
- * compiled-image cache has its own leaf mutex.
+ * except the event operations and synchronize.  Our own state those touch:
+ * a device's event free list (ev_mu, a leaf) and its reference count
+ * (atomic: the open, every live event and every queue hold one, so that
+ * the primary context stays retained while any of our handles exists).  The loader runs once (pthread_once); so do NVRTC's, in
+ * cuda_nvrtc.c, whose compiled-image cache has its own leaf mutex.
  *
  * fork(): the CUDA driver cannot be used in a child forked after it was
  * initialized.  A child of a process that initialized it reports no CUDA
@@ -64,6 +77,7 @@
 #include "cuda_api.h"
 #include "cuda_internal.h"
 
+#include <assert.h>
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -77,7 +91,6 @@
 #define CUDA__MAX_DEVICES 64
 #define CUDA__THREADS 256u      /* threads per block of every kernel */
 #define CUDA__SUM_BLOCKS 256u   /* most partial sums per reduction */
-#define CUDA__MAX_IMAGES 16     /* compiled (arch, format) pairs kept */
 
 /* ------------------------------------------------------------------------
  * The driver: loaded once per process
@@ -268,6 +281,12 @@ static int cuda__devices(char *why, size_t why_len)
     return cuda__g.count;
 }
 
+int sw__cuda_driver_version(void)
+{
+    pthread_once(&cuda__once, cuda__load);
+    return cuda__g.version;
+}
+
 int sw__cuda_loader_missing(char *buf, size_t len)
 {
     pthread_once(&cuda__once, cuda__load);
@@ -286,231 +305,11 @@ void *sw__cuda_thread_context(void)
 }
 
 /* ------------------------------------------------------------------------
- * NVRTC: loaded once per process, on first compile
+ * The built-in kernels: one CUDA C program, src/backend/kernels/cuda.cu
+ * (embedded at build time as sw__cuda_kernels_cu), and the tables that
+ * launch it.  Every kernel runs with CUDA__THREADS threads per block (the
+ * sums depend on it; the source's SW_THREADS is the same number).
  * ---------------------------------------------------------------------- */
-
-typedef struct cuda__nvrtc_lib {
-    void *lib;
-    swcu_nvrtc api;
-    int major, minor;
-    char path[256];
-    char why[512];
-} cuda__nvrtc_lib;
-
-static cuda__nvrtc_lib cuda__nv;
-static pthread_once_t cuda__nv_once = PTHREAD_ONCE_INIT;
-
-#define NV(fn) (cuda__nv.api.fn)
-
-/* Returns 1 when name loaded with every required entry point. */
-static int cuda__nv_try(const char *name)
-{
-    void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL)
-        return 0;
-    swcu_nvrtc api;
-    memset(&api, 0, sizeof api);
-    int ok = 1;
-#define CUDA__NV_RESOLVE(kind, ret, fname, params)                            \
-    if ((kind) != 2) {                                                        \
-        void *p = dlsym(lib, #fname);                                         \
-        if (p == NULL && (kind) == 1)                                         \
-            ok = 0;                                                           \
-        memcpy(&api.fname, &p, sizeof p);                                     \
-    }
-    SWCU_NVRTC_FUNCS(CUDA__NV_RESOLVE)
-#undef CUDA__NV_RESOLVE
-    if (!ok) {
-        dlclose(lib);
-        return 0;
-    }
-    cuda__nv.lib = lib;
-    cuda__nv.api = api;
-    snprintf(cuda__nv.path, sizeof cuda__nv.path, "%s", name);
-    if (api.nvrtcVersion(&cuda__nv.major, &cuda__nv.minor) != 0)
-        cuda__nv.major = cuda__nv.minor = 0;
-    return 1;
-}
-
-static void cuda__nv_load(void)
-{
-    /* The driver first: an NVRTC of the driver's major version produces
-     * code the driver can load, so it is tried first. */
-    pthread_once(&cuda__once, cuda__load);
-    char names[16][300];
-    int n = 0;
-    const char *env = getenv("SPILLWAY_NVRTC_LIBRARY");
-    if (env != NULL && env[0] != '\0') {
-        dlerror();
-        if (cuda__nv_try(env))
-            return;
-        const char *e = dlerror();
-        snprintf(cuda__nv.why, sizeof cuda__nv.why, "SPILLWAY_NVRTC_LIBRARY"
-                 "=%.200s cannot be loaded: %.200s", env,
-                 e ? e : "a required entry point is missing");
-        return;
-    }
-    if (cuda__g.version >= 11000)
-        snprintf(names[n++], sizeof names[0], "libnvrtc.so.%d",
-                 cuda__g.version / 1000);
-    static const char *const sonames[] = {"libnvrtc.so.13", "libnvrtc.so.12",
-                                          "libnvrtc.so.11.2", "libnvrtc.so"};
-    for (size_t i = 0; i < sizeof sonames / sizeof sonames[0]; i++)
-        snprintf(names[n++], sizeof names[0], "%s", sonames[i]);
-    const char *homes[3] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"),
-                            "/usr/local/cuda"};
-    for (int i = 0; i < 3 && n + 2 <= 16; i++) {
-        if (homes[i] == NULL || homes[i][0] == '\0' || strlen(homes[i]) > 200)
-            continue;
-        snprintf(names[n++], sizeof names[0], "%s/lib64/libnvrtc.so",
-                 homes[i]);
-        snprintf(names[n++], sizeof names[0], "%s/lib/libnvrtc.so", homes[i]);
-    }
-    for (int i = 0; i < n; i++)
-        if (cuda__nv_try(names[i]))
-            return;
-    snprintf(cuda__nv.why, sizeof cuda__nv.why, "libnvrtc not found (tried "
-             "libnvrtc.so.13, .so.12, .so.11.2, .so and under $CUDA_HOME, "
-             "$CUDA_PATH, /usr/local/cuda): install the CUDA toolkit's "
-             "NVRTC or set SPILLWAY_NVRTC_LIBRARY");
-}
-
-int sw__cuda_nvrtc_load(char *why, size_t why_len, int *major, int *minor)
-{
-    pthread_once(&cuda__nv_once, cuda__nv_load);
-    if (major)
-        *major = cuda__nv.major;
-    if (minor)
-        *minor = cuda__nv.minor;
-    if (cuda__nv.lib == NULL) {
-        if (why != NULL && why_len > 0)
-            snprintf(why, why_len, "%s", cuda__nv.why);
-        return SW_ERR_UNSUPPORTED;
-    }
-    if (why != NULL && why_len > 0)
-        snprintf(why, why_len, "%s", "");
-    return SW_OK;
-}
-
-/* ------------------------------------------------------------------------
- * The built-in kernels.  One CUDA C program; kernels are extern "C" so
- * that their entry names are plain.  Integer dtypes use unsigned types of
- * their width (wrapping arithmetic, the same bits).  Every kernel runs
- * with CUDA__THREADS threads per block (the sums depend on it).
- * ---------------------------------------------------------------------- */
-
-/* In pieces: ISO C only promises string literals of 4095 characters. */
-static const char *const cuda__source_parts[] = {
-    "/* spillway's built-in kernels: compiled by NVRTC at first use. */\n"
-    "typedef unsigned int sw_u32;\n"
-    "typedef unsigned long long sw_u64;\n"
-    "#define SW_THREADS 256\n"
-    "\n"
-    "/* Grid-stride loop: any grid covers any n. */\n"
-    "#define SW_LOOP(i, n)                                              \\\n"
-    "    for (sw_u64 i = (sw_u64)blockIdx.x * blockDim.x + threadIdx.x;  \\\n"
-    "         i < (n); i += (sw_u64)gridDim.x * blockDim.x)\n"
-    "\n"
-    "/* No __restrict__: out may be an input (in-place operations). */\n"
-    "#define SW_ELEMENTWISE(S, T)                                       \\\n"
-    "extern \"C\" __global__ void sw_fill_##S(T *out, T alpha, sw_u64 n) \\\n"
-    "{ SW_LOOP(i, n) out[i] = alpha; }                                  \\\n"
-    "extern \"C\" __global__ void sw_copy_##S(T *out, const T *a,        \\\n"
-    "                                       sw_u64 n)                   \\\n"
-    "{ SW_LOOP(i, n) out[i] = a[i]; }                                   \\\n"
-    "extern \"C\" __global__ void sw_add_##S(T *out, const T *a,         \\\n"
-    "                                      const T *b, sw_u64 n)        \\\n"
-    "{ SW_LOOP(i, n) out[i] = a[i] + b[i]; }                            \\\n"
-    "extern \"C\" __global__ void sw_scale_##S(T *out, const T *a,       \\\n"
-    "                                        T alpha, sw_u64 n)         \\\n"
-    "{ SW_LOOP(i, n) out[i] = alpha * a[i]; }                           \\\n"
-    "extern \"C\" __global__ void sw_axpy_##S(T *out, const T *a,        \\\n"
-    "                                       T alpha, sw_u64 n)          \\\n"
-    "{ SW_LOOP(i, n) out[i] = alpha * a[i] + out[i]; }\n"
-    "\n"
-    "SW_ELEMENTWISE(f32, float)\n"
-    "SW_ELEMENTWISE(f64, double)\n"
-    "SW_ELEMENTWISE(i32, sw_u32)\n"
-    "SW_ELEMENTWISE(i64, sw_u64)\n"
-    "\n",
-
-    "/* A block's sum in a fixed order: a tree over SW_THREADS slots. */\n"
-    "template <typename A>\n"
-    "__device__ A sw_block_sum(A v)\n"
-    "{\n"
-    "    __shared__ A sh[SW_THREADS];\n"
-    "    unsigned t = threadIdx.x;\n"
-    "    sh[t] = v;\n"
-    "    __syncthreads();\n"
-    "    for (unsigned s = SW_THREADS / 2; s > 0; s >>= 1) {\n"
-    "        if (t < s)\n"
-    "            sh[t] = sh[t] + sh[t + s];\n"
-    "        __syncthreads();\n"
-    "    }\n"
-    "    return sh[0];\n"
-    "}\n"
-    "\n"
-    "/* Pass 1: block b's partial sum to partials[b].  Thread t of block b\n"
-    " * adds elements t + b*SW_THREADS + k*gridDim.x*SW_THREADS in order.\n"
-    " * float32 accumulates in float64, int32 sign-extends into a wrapping\n"
-    " * 64-bit sum. */\n"
-    "#define SW_SUM(S, T, A, CONV)                                      \\\n"
-    "extern \"C\" __global__ void sw_sum_##S(const T *a, sw_u64 n,       \\\n"
-    "                                      A *partials)                 \\\n"
-    "{                                                                  \\\n"
-    "    A acc = 0;                                                     \\\n"
-    "    SW_LOOP(i, n) acc += CONV(a[i]);                               \\\n"
-    "    A total = sw_block_sum<A>(acc);                                \\\n"
-    "    if (threadIdx.x == 0)                                          \\\n"
-    "        partials[blockIdx.x] = total;                              \\\n"
-    "}\n"
-    "\n"
-    "SW_SUM(f32, float, double, (double))\n"
-    "SW_SUM(f64, double, double, )\n"
-    "SW_SUM(i32, int, sw_u64, (sw_u64)(long long))\n"
-    "SW_SUM(i64, sw_u64, sw_u64, )\n"
-    "\n"
-    "/* The 8-byte result, wherever out points (a raw launch may give an\n"
-    " * address that is not 8-byte aligned). */\n"
-    "__device__ void sw_store8(unsigned char *out, sw_u64 bits)\n"
-    "{\n"
-    "    if (((sw_u64)out & 7) == 0) {\n"
-    "        *(sw_u64 *)out = bits;\n"
-    "    } else {\n"
-    "        for (int k = 0; k < 8; k++)\n"
-    "            out[k] = (unsigned char)(bits >> (8 * k));\n"
-    "    }\n"
-    "}\n"
-    "\n"
-    "/* Pass 2, one block: the sum of count <= SW_THREADS partials. */\n"
-    "extern \"C\" __global__ void sw_sum_final_f64(const double *partials,\n"
-    "                                            sw_u32 count,\n"
-    "                                            unsigned char *out)\n"
-    "{\n"
-    "    double v = threadIdx.x < count ? partials[threadIdx.x] : 0.0;\n"
-    "    double total = sw_block_sum<double>(v);\n"
-    "    if (threadIdx.x == 0)\n"
-    "        sw_store8(out, (sw_u64)__double_as_longlong(total));\n"
-    "}\n"
-    "\n"
-    "extern \"C\" __global__ void sw_sum_final_i64(const sw_u64 *partials,\n"
-    "                                            sw_u32 count,\n"
-    "                                            unsigned char *out)\n"
-    "{\n"
-    "    sw_u64 v = threadIdx.x < count ? partials[threadIdx.x] : 0ull;\n"
-    "    sw_u64 total = sw_block_sum<sw_u64>(v);\n"
-    "    if (threadIdx.x == 0)\n"
-    "        sw_store8(out, total);\n"
-    "}\n"
-    "\n"
-    "/* A 1-, 2-, 4- or 8-byte pattern at any alignment: byte i of the\n"
-    " * range is byte (i mod psize) of the pattern (little-endian). */\n"
-    "extern \"C\" __global__ void sw_fill_bytes(unsigned char *dst, sw_u64 n,\n"
-    "                                         sw_u64 pattern, sw_u32 psize)\n"
-    "{\n"
-    "    SW_LOOP(i, n) dst[i] = (unsigned char)(pattern >> (8 * (i % psize)));\n"
-    "}\n",
-};
 
 /* Indexes of the extra kernels after the kernel x dtype grid. */
 enum {
@@ -573,33 +372,6 @@ const unsigned char *sw__cuda_kernel_params(size_t k, size_t *count)
     return cuda__params[k].size;
 }
 
-static char cuda__source[16384];
-static pthread_once_t cuda__source_once = PTHREAD_ONCE_INIT;
-
-static void cuda__source_join(void)
-{
-    size_t used = 0;
-    for (size_t i = 0; i < sizeof cuda__source_parts /
-                                sizeof cuda__source_parts[0]; i++) {
-        size_t len = strlen(cuda__source_parts[i]);
-        if (used + len >= sizeof cuda__source) {
-            /* A programming error, caught by the first test that compiles;
-             * a truncated program would fail to compile anyway. */
-            cuda__source[0] = '\0';
-            return;
-        }
-        memcpy(cuda__source + used, cuda__source_parts[i], len);
-        used += len;
-    }
-    cuda__source[used] = '\0';
-}
-
-const char *sw__cuda_kernel_source(void)
-{
-    pthread_once(&cuda__source_once, cuda__source_join);
-    return cuda__source;
-}
-
 const char *const *sw__cuda_kernel_names(size_t *count)
 {
     if (count != NULL)
@@ -608,195 +380,17 @@ const char *const *sw__cuda_kernel_names(size_t *count)
 }
 
 /* ------------------------------------------------------------------------
- * Compiling with NVRTC
- * ---------------------------------------------------------------------- */
-
-int sw__cuda_pick_arch(int devarch, const int *archs, int n, int *arch,
-                       int *cubin)
-{
-    if (n <= 0) {
-        /* An NVRTC that cannot list its targets: ask for the device's own
-         * architecture as PTX, and let the compile say if it cannot. */
-        *arch = devarch;
-        *cubin = 0;
-        return 0;
-    }
-    int best = -1;
-    for (int i = 0; i < n; i++) {
-        if (archs[i] == devarch) {
-            *arch = devarch;
-            *cubin = 1;
-            return 0;
-        }
-        if (archs[i] < devarch && archs[i] > best)
-            best = archs[i];
-    }
-    if (best < 0)
-        return -1;
-    *arch = best; /* PTX of an older architecture runs on newer devices */
-    *cubin = 0;
-    return 0;
-}
-
-/* The first line of a compile log, for a one-line message. */
-static void cuda__first_line(const char *log, char *out, size_t len)
-{
-    size_t n = strcspn(log, "\n");
-    if (n >= len)
-        n = len - 1;
-    memcpy(out, log, n);
-    out[n] = '\0';
-}
-
-int sw__cuda_compile_source(const char *src, int major, int minor, int cubin,
-                            char **image, size_t *size, char *log,
-                            size_t log_len)
-{
-    *image = NULL;
-    *size = 0;
-    if (log != NULL && log_len > 0)
-        log[0] = '\0';
-    char why[512];
-    if (sw__cuda_nvrtc_load(why, sizeof why, NULL, NULL) != SW_OK)
-        return sw__errorf(SW_ERR_UNSUPPORTED, "cannot compile CUDA kernels: "
-                          "%s", why);
-    if (src == NULL || src[0] == '\0')
-        return sw__errorf(SW_ERR_INVALID_ARG, "no CUDA source to compile");
-    if (major < 1 || major > 99 || minor < 0 || minor > 9)
-        return sw__errorf(SW_ERR_INVALID_ARG, "compute capability %d.%d is "
-                          "not one", major, minor);
-    if (cubin && (NV(nvrtcGetCUBINSize) == NULL || NV(nvrtcGetCUBIN) == NULL))
-        return sw__errorf(SW_ERR_UNSUPPORTED, "NVRTC %d.%d (%s) cannot "
-                          "produce CUBINs", cuda__nv.major, cuda__nv.minor,
-                          cuda__nv.path);
-
-    char arch[48];
-    snprintf(arch, sizeof arch, "--gpu-architecture=%s_%d%d",
-             cubin ? "sm" : "compute", major, minor);
-    const char *opts[] = {arch, "--fmad=false"};
-    swnv_program prog = NULL;
-    swnv_result r = NV(nvrtcCreateProgram)(&prog, src, "spillway_kernels.cu",
-                                           0, NULL, NULL);
-    if (r != SWCU_NVRTC_SUCCESS)
-        return sw__errorf(r == 1 ? SW_ERR_HOST_OOM : SW_ERR_DEVICE,
-                          "nvrtcCreateProgram failed: %s",
-                          NV(nvrtcGetErrorString)(r));
-    r = NV(nvrtcCompileProgram)(prog, 2, opts);
-
-    /* The log, on failure and success alike (warnings). */
-    size_t lsize = 0;
-    char *full = NULL;
-    if (NV(nvrtcGetProgramLogSize)(prog, &lsize) == SWCU_NVRTC_SUCCESS &&
-        lsize > 1 && (full = malloc(lsize)) != NULL &&
-        NV(nvrtcGetProgramLog)(prog, full) != SWCU_NVRTC_SUCCESS)
-        full[0] = '\0';
-    if (full != NULL && log != NULL && log_len > 0)
-        snprintf(log, log_len, "%s", full);
-
-    int rc = SW_OK;
-    if (r != SWCU_NVRTC_SUCCESS) {
-        char first[200] = "";
-        if (full != NULL)
-            cuda__first_line(full, first, sizeof first);
-        rc = sw__errorf(SW_ERR_DEVICE, "NVRTC %d.%d: compiling for %s "
-                        "--fmad=false failed: %s%s%s", cuda__nv.major,
-                        cuda__nv.minor, arch + 2,
-                        NV(nvrtcGetErrorString)(r), first[0] ? ": " : "",
-                        first);
-    } else {
-        size_t n = 0;
-        r = cubin ? NV(nvrtcGetCUBINSize)(prog, &n)
-                  : NV(nvrtcGetPTXSize)(prog, &n);
-        char *out = r == SWCU_NVRTC_SUCCESS && n > 0 ? malloc(n + 1) : NULL;
-        if (out == NULL) {
-            rc = r != SWCU_NVRTC_SUCCESS
-                     ? sw__errorf(SW_ERR_DEVICE, "NVRTC: getting the %s "
-                                  "size failed: %s", cubin ? "CUBIN" : "PTX",
-                                  NV(nvrtcGetErrorString)(r))
-                     : sw__errorf(SW_ERR_HOST_OOM, "no host memory for "
-                                  "%zu bytes of compiled kernels", n);
-        } else {
-            r = cubin ? NV(nvrtcGetCUBIN)(prog, out)
-                      : NV(nvrtcGetPTX)(prog, out);
-            if (r != SWCU_NVRTC_SUCCESS) {
-                free(out);
-                rc = sw__errorf(SW_ERR_DEVICE, "NVRTC: getting the %s "
-                                "failed: %s", cubin ? "CUBIN" : "PTX",
-                                NV(nvrtcGetErrorString)(r));
-            } else {
-                out[n] = '\0'; /* PTX's own NUL is inside n already */
-                *image = out;
-                *size = n;
-            }
-        }
-    }
-    free(full);
-    (void)NV(nvrtcDestroyProgram)(&prog);
-    return rc;
-}
-
-int sw__cuda_compile(int major, int minor, int cubin, char **image,
-                     size_t *size, char *log, size_t log_len)
-{
-    const char *src = sw__cuda_kernel_source();
-    return sw__cuda_compile_source(src, major, minor, cubin, image, size,
-                                   log, log_len);
-}
-
-/* Compiled images, once per (architecture, format) per process: several
- * devices of one kind share them.  The mutex is a leaf, held while
- * compiling so that two devices do not compile the same thing. */
-typedef struct cuda__image {
-    int arch, cubin;
-    char *data;
-    size_t size;
-} cuda__image;
-
-static pthread_mutex_t cuda__images_mu = PTHREAD_MUTEX_INITIALIZER;
-static cuda__image cuda__images[CUDA__MAX_IMAGES];
-static int cuda__nimages;
-
-static int cuda__image_get(int arch, int cubin, const cuda__image **out)
-{
-    pthread_mutex_lock(&cuda__images_mu);
-    for (int i = 0; i < cuda__nimages; i++) {
-        if (cuda__images[i].arch == arch && cuda__images[i].cubin == cubin) {
-            *out = &cuda__images[i];
-            pthread_mutex_unlock(&cuda__images_mu);
-            return SW_OK;
-        }
-    }
-    char *data = NULL;
-    size_t size = 0;
-    int rc = sw__cuda_compile(arch / 10, arch % 10, cubin, &data, &size, NULL,
-                              0);
-    if (rc == SW_OK) {
-        if (cuda__nimages == CUDA__MAX_IMAGES) {
-            free(data);
-            rc = sw__errorf(SW_ERR_HOST_OOM, "too many kinds of CUDA device "
-                            "in one process");
-        } else {
-            cuda__image *im = &cuda__images[cuda__nimages++];
-            im->arch = arch;
-            im->cubin = cubin;
-            im->data = data;
-            im->size = size;
-            *out = im;
-        }
-    }
-    pthread_mutex_unlock(&cuda__images_mu);
-    return rc;
-}
-
-/* ------------------------------------------------------------------------
  * Devices, queues and events
  * ---------------------------------------------------------------------- */
 
-/* A free of the cuMemAlloc fallback, waiting for its stream's work. */
+/* A free of the cuMemAlloc fallback, waiting for its stream's work.
+ * Records are made ahead, at allocation (cuda__reserve): a free must not
+ * fail for want of host memory, since the core cannot take the memory
+ * back, so each free finds one ready. */
 typedef struct cuda__pending {
     struct cuda__pending *next;
     swcu_deviceptr mem;
-    sw__bevent *after;
+    swcu_event after; /* the record's own, recorded again at each free */
 } cuda__pending;
 
 struct sw__bevent {
@@ -829,7 +423,11 @@ struct sw__bdev {
     int kernels_failed;  /* code of the first failure, 0 if none */
     char kernels_why[768];
 
-    cuda__pending *pending; /* fallback frees (device lock) */
+    /* The fallback's frees (device lock): queued ones, and records ready
+     * for the next, at least one per live cuMemAlloc allocation
+     * (nspare >= nlive). */
+    cuda__pending *pending, *spare;
+    size_t nspare, nlive;
 
     pthread_mutex_t ev_mu; /* leaf: the event free list */
     sw__bevent *ev_free;
@@ -882,13 +480,13 @@ static void cuda__unref(sw__bdev *d)
         next = e->next;
         if (entered)
             (void)CU(cuEventDestroy_v2)(e->ev);
-        free(e);
+        sw__free(e);
     }
     if (entered)
         cuda__leave(&s);
     (void)CU(cuDevicePrimaryCtxRelease_v2)(d->cu);
     pthread_mutex_destroy(&d->ev_mu);
-    free(d);
+    sw__free(d);
 }
 
 /* An event recorded nowhere yet; the context is current. */
@@ -900,13 +498,13 @@ static int cuda__event_new(sw__bdev *d, sw__bevent **out)
         d->ev_free = e->next;
     pthread_mutex_unlock(&d->ev_mu);
     if (e == NULL) {
-        e = malloc(sizeof *e);
+        e = sw__malloc(sizeof *e);
         if (e == NULL)
             return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: no host memory for "
                               "an event", d->index);
         swcu_result r = CU(cuEventCreate)(&e->ev, SWCU_CU_EVENT_DISABLE_TIMING);
         if (r != SWCU_CUDA_SUCCESS) {
-            free(e);
+            sw__free(e);
             return cuda__fail(d->index, r, "cuEventCreate", NULL);
         }
         e->dev = d;
@@ -936,30 +534,65 @@ static void cuda__reap(sw__bdev *d)
     cuda__pending **pp = &d->pending;
     while (*pp != NULL) {
         cuda__pending *p = *pp;
-        swcu_result r = CU(cuEventQuery)(p->after->ev);
+        swcu_result r = CU(cuEventQuery)(p->after);
         if (r == SWCU_CUDA_ERROR_NOT_READY) {
             pp = &p->next;
             continue;
         }
         /* Complete, or the context is broken (then freeing is moot). */
         (void)CU(cuMemFree_v2)(p->mem);
-        cuda__event_put(p->after);
         *pp = p->next;
-        free(p);
+        p->next = d->spare;
+        d->spare = p;
+        d->nspare++;
     }
 }
 
-/* At close: every pending free, waiting for each. */
-static void cuda__reap_all(sw__bdev *d)
+/* At close: every pending free, waiting for each, then the records.  The
+ * context is current when entered (else only host memory is released). */
+static void cuda__reap_all(sw__bdev *d, int entered)
 {
-    while (d->pending != NULL) {
+    while (entered && d->pending != NULL) {
         cuda__pending *p = d->pending;
         d->pending = p->next;
-        (void)CU(cuEventSynchronize)(p->after->ev);
+        (void)CU(cuEventSynchronize)(p->after);
         (void)CU(cuMemFree_v2)(p->mem);
-        cuda__event_put(p->after);
-        free(p);
+        p->next = d->spare;
+        d->spare = p;
     }
+    cuda__pending *lists[2] = {d->pending, d->spare};
+    for (int i = 0; i < 2; i++) {
+        for (cuda__pending *p = lists[i], *next; p != NULL; p = next) {
+            next = p->next;
+            if (entered)
+                (void)CU(cuEventDestroy_v2)(p->after);
+            sw__free(p);
+        }
+    }
+    d->pending = d->spare = NULL;
+    d->nspare = d->nlive = 0;
+}
+
+/* Before a cuMemAlloc of the fallback: a record ready for its free.  The
+ * context is current. */
+static int cuda__reserve(sw__bdev *d)
+{
+    if (d->nspare > d->nlive)
+        return SW_OK;
+    cuda__pending *p = sw__malloc(sizeof *p);
+    if (p == NULL)
+        return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: no host memory for "
+                          "the record of a later free", d->index);
+    swcu_result r = CU(cuEventCreate)(&p->after,
+                                      SWCU_CU_EVENT_DISABLE_TIMING);
+    if (r != SWCU_CUDA_SUCCESS) {
+        sw__free(p);
+        return cuda__fail(d->index, r, "cuEventCreate", "a later free");
+    }
+    p->next = d->spare;
+    d->spare = p;
+    d->nspare++;
+    return SW_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -1032,7 +665,7 @@ static int cuda_open(int index, sw__bdev **out, sw__device_props *props)
                       : sw__errorf(SW_ERR_NO_DEVICE, "cuda:%d: no such "
                                    "device (the driver reports %d)", index,
                                    n);
-    sw__bdev *d = calloc(1, sizeof *d);
+    sw__bdev *d = sw__calloc(1, sizeof *d);
     if (d == NULL)
         return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: out of host memory",
                           index);
@@ -1044,13 +677,13 @@ static int cuda_open(int index, sw__bdev **out, sw__device_props *props)
     swcu_result r = CU(cuDeviceGet)(&d->cu, index);
     if (r != SWCU_CUDA_SUCCESS) {
         pthread_mutex_destroy(&d->ev_mu);
-        free(d);
+        sw__free(d);
         return cuda__fail(index, r, "cuDeviceGet", NULL);
     }
     r = CU(cuDevicePrimaryCtxRetain)(&d->ctx, d->cu);
     if (r != SWCU_CUDA_SUCCESS) {
         pthread_mutex_destroy(&d->ev_mu);
-        free(d);
+        sw__free(d);
         return cuda__fail(index, r, "cuDevicePrimaryCtxRetain", NULL);
     }
     /* From here on cuda__unref undoes everything. */
@@ -1150,13 +783,15 @@ static void cuda_close(sw__bdev *d)
         cuda__partials_free(&d->dq);
         /* Every queue is idle now (the others were destroyed first), so
          * the fallback's frees all complete. */
-        cuda__reap_all(d);
+        cuda__reap_all(d, 1);
         (void)CU(cuStreamDestroy_v2)(d->dq.stream);
         if (d->module != NULL)
             (void)CU(cuModuleUnload)(d->module);
         if (d->pool != NULL)
             (void)CU(cuMemPoolDestroy)(d->pool);
         cuda__leave(&s);
+    } else {
+        cuda__reap_all(d, 0);
     }
     d->module = NULL;
     d->pool = NULL;
@@ -1169,10 +804,6 @@ static void cuda_close(sw__bdev *d)
 
 static int cuda_alloc(sw__bdev *d, size_t size, uintptr_t *mem)
 {
-    if (size == 0 || size % SW_ALLOC_GRANULARITY != 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: allocation of %zu "
-                          "bytes: not a positive multiple of %u", d->index,
-                          size, SW_ALLOC_GRANULARITY);
     cuda__scope s;
     int rc = cuda__enter(d, &s);
     if (rc != SW_OK)
@@ -1192,7 +823,13 @@ static int cuda_alloc(sw__bdev *d, size_t size, uintptr_t *mem)
     } else {
         call = "cuMemAlloc_v2";
         cuda__reap(d);
+        if ((rc = cuda__reserve(d)) != SW_OK) {
+            cuda__leave(&s);
+            return rc;
+        }
         r = CU(cuMemAlloc_v2)(&p, size);
+        if (r == SWCU_CUDA_SUCCESS)
+            d->nlive++;
     }
     cuda__leave(&s);
     if (r != SWCU_CUDA_SUCCESS) {
@@ -1204,24 +841,19 @@ static int cuda_alloc(sw__bdev *d, size_t size, uintptr_t *mem)
     return SW_OK;
 }
 
-/* The fallback's free: cuMemFree once q's work so far is done. */
+/* The fallback's free: cuMemFree once q's work so far is done, through a
+ * record made at the allocation (no host memory needed here).  The
+ * context is current. */
 static int cuda__defer_free(sw__bdev *d, sw__bqueue *q, swcu_deviceptr mem)
 {
-    cuda__pending *p = malloc(sizeof *p);
-    if (p == NULL)
-        return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: no host memory for a "
-                          "deferred free", d->index);
-    int rc = cuda__event_new(d, &p->after);
-    if (rc != SW_OK) {
-        free(p);
-        return rc;
-    }
-    swcu_result r = CU(cuEventRecord)(p->after->ev, q->stream);
-    if (r != SWCU_CUDA_SUCCESS) {
-        cuda__event_put(p->after);
-        free(p);
+    cuda__pending *p = d->spare;
+    assert(p != NULL && d->nspare >= d->nlive && d->nlive > 0);
+    swcu_result r = CU(cuEventRecord)(p->after, q->stream);
+    if (r != SWCU_CUDA_SUCCESS)
         return cuda__fail(d->index, r, "cuEventRecord", "deferred free");
-    }
+    d->spare = p->next;
+    d->nspare--;
+    d->nlive--;
     p->mem = mem;
     p->next = d->pending;
     d->pending = p;
@@ -1315,7 +947,7 @@ static sw__bqueue *cuda_default_queue(sw__bdev *d) { return &d->dq; }
 
 static int cuda_queue_create(sw__bdev *d, sw__bqueue **out)
 {
-    sw__bqueue *q = calloc(1, sizeof *q);
+    sw__bqueue *q = sw__calloc(1, sizeof *q);
     if (q == NULL)
         return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: no host memory for a "
                           "queue", d->index);
@@ -1330,7 +962,7 @@ static int cuda_queue_create(sw__bdev *d, sw__bqueue **out)
         cuda__leave(&s);
     }
     if (rc != SW_OK) {
-        free(q);
+        sw__free(q);
         return rc;
     }
     cuda__ref(d);
@@ -1338,8 +970,9 @@ static int cuda_queue_create(sw__bdev *d, sw__bqueue **out)
     return SW_OK;
 }
 
-/* Waits for the queue's work, then destroys it.  Called without the
- * device lock: touches nothing but the queue itself. */
+/* Waits for the queue's work, then destroys it.  The core calls it under
+ * the device lock once the queue's work is done, so the wait is short;
+ * it touches nothing but the queue and the device's reference count. */
 static void cuda_queue_destroy(sw__bqueue *q)
 {
     if (q == NULL || q == &q->dev->dq)
@@ -1354,7 +987,7 @@ static void cuda_queue_destroy(sw__bqueue *q)
         (void)CU(cuStreamDestroy_v2)(q->stream);
         cuda__leave(&s);
     }
-    free(q);
+    sw__free(q);
     cuda__unref(d);
 }
 
@@ -1366,9 +999,6 @@ static int cuda_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
                       const void *src, size_t n)
 {
     sw__bdev *d = q->dev;
-    if (n == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: write of 0 bytes",
-                          d->index);
     cuda__scope s;
     int rc = cuda__enter(d, &s);
     if (rc != SW_OK)
@@ -1389,9 +1019,6 @@ static int cuda_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
                      size_t n)
 {
     sw__bdev *d = q->dev;
-    if (n == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: read of 0 bytes",
-                          d->index);
     cuda__scope s;
     int rc = cuda__enter(d, &s);
     if (rc != SW_OK)
@@ -1411,9 +1038,6 @@ static int cuda_copy(sw__bqueue *q, uintptr_t dst, size_t dst_off,
                      uintptr_t src, size_t src_off, size_t n)
 {
     sw__bdev *d = q->dev;
-    if (n == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: copy of 0 bytes",
-                          d->index);
     cuda__scope s;
     int rc = cuda__enter(d, &s);
     if (rc != SW_OK)
@@ -1497,14 +1121,6 @@ static int cuda_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
                      const void *pattern, size_t pattern_size)
 {
     sw__bdev *d = q->dev;
-    if ((pattern_size != 1 && pattern_size != 2 && pattern_size != 4 &&
-         pattern_size != 8) ||
-        n == 0 || n % pattern_size != 0)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "cuda:%d: fill of %zu bytes with a %zu-byte "
-                          "pattern: the pattern must be 1, 2, 4 or 8 bytes "
-                          "and divide a nonzero length",
-                          d->index, n, pattern_size);
     const unsigned char *pat = pattern;
     swcu_deviceptr p = (swcu_deviceptr)(dst + dst_off);
     int uniform = 1;
@@ -1587,21 +1203,13 @@ static int cuda__kernels_ready(sw__bdev *d)
                    "NVRTC: %s", d->index, why);
         return cuda__kernels_fail(d, SW_ERR_UNSUPPORTED);
     }
-    int archs[64], narch = 0;
-    if (NV(nvrtcGetNumSupportedArchs) != NULL &&
-        NV(nvrtcGetSupportedArchs) != NULL &&
-        NV(nvrtcGetNumSupportedArchs)(&narch) == SWCU_NVRTC_SUCCESS &&
-        narch > 0 && narch <= 64) {
-        if (NV(nvrtcGetSupportedArchs)(archs) != SWCU_NVRTC_SUCCESS)
-            narch = 0;
-    } else {
-        narch = 0;
-    }
+    int archs[64];
+    int narch = sw__cuda_nvrtc_archs(archs, 64);
     int devarch = d->cc_major * 10 + d->cc_minor, arch = 0, cubin = 0;
     if (sw__cuda_pick_arch(devarch, archs, narch, &arch, &cubin) != 0) {
         sw__errorf(SW_ERR_UNSUPPORTED, "cuda:%d: NVRTC %d.%d (%s) supports "
                    "no architecture at or below this device's sm_%d",
-                   d->index, nvmaj, nvmin, cuda__nv.path, devarch);
+                   d->index, nvmaj, nvmin, sw__cuda_nvrtc_path(), devarch);
         return cuda__kernels_fail(d, SW_ERR_UNSUPPORTED);
     }
 
@@ -1611,20 +1219,25 @@ static int cuda__kernels_ready(sw__bdev *d)
     int tries[2][2] = {{arch, cubin}, {arch, 0}};
     int ntries = cubin ? 2 : 1;
     char errs[2][300] = {"", ""};
-    int transient = 0; /* out of host or device memory: try again later */
+    /* Out of device or host memory: SW_ERR_OOM or SW_ERR_HOST_OOM (the
+     * device's, which the core's ladder can help, first), not
+     * remembered: the next launch tries again. */
+    int transient = 0;
     swcu_module mod = NULL;
     for (int t = 0; t < ntries && mod == NULL; t++) {
-        const cuda__image *im = NULL;
-        int rc = cuda__image_get(tries[t][0], tries[t][1], &im);
+        const char *image = NULL;
+        int rc = sw__cuda_image_get(tries[t][0], tries[t][1], &image);
         if (rc != SW_OK) {
-            transient |= rc == SW_ERR_HOST_OOM;
+            if (rc == SW_ERR_HOST_OOM && transient == 0)
+                transient = SW_ERR_HOST_OOM;
             snprintf(errs[t], sizeof errs[t], "%s", sw_last_error());
             continue;
         }
-        swcu_result r = CU(cuModuleLoadData)(&mod, im->data);
+        swcu_result r = CU(cuModuleLoadData)(&mod, image);
         if (r != SWCU_CUDA_SUCCESS) {
             char nbuf[32];
-            transient |= r == SWCU_CUDA_ERROR_OUT_OF_MEMORY;
+            if (r == SWCU_CUDA_ERROR_OUT_OF_MEMORY)
+                transient = SW_ERR_OOM;
             mod = NULL;
             snprintf(errs[t], sizeof errs[t], "%s %s_%d: cuModuleLoadData "
                      "failed: %s", tries[t][1] ? "CUBIN" : "PTX",
@@ -1643,8 +1256,8 @@ static int cuda__kernels_ready(sw__bdev *d)
                          "SPILLWAY_NVRTC_LIBRARY to an NVRTC no newer than "
                          "the driver"
                        : "");
-        if (transient) /* not remembered: the next launch tries again */
-            return SW_ERR_OOM;
+        if (transient != 0)
+            return transient;
         return cuda__kernels_fail(d, SW_ERR_DEVICE);
     }
     for (int k = 0; k < CUDA__K_COUNT; k++) {
@@ -1660,30 +1273,6 @@ static int cuda__kernels_ready(sw__bdev *d)
     return SW_OK;
 }
 
-static const char *cuda__kernel_name(sw_kernel k)
-{
-    switch (k) {
-    case SW_KERNEL_FILL: return "FILL";
-    case SW_KERNEL_COPY: return "COPY";
-    case SW_KERNEL_ADD: return "ADD";
-    case SW_KERNEL_SCALE: return "SCALE";
-    case SW_KERNEL_AXPY: return "AXPY";
-    case SW_KERNEL_SUM: return "SUM";
-    }
-    return NULL;
-}
-
-static const char *cuda__dtype_name(sw_dtype t)
-{
-    switch (t) {
-    case SW_FLOAT32: return "float32";
-    case SW_FLOAT64: return "float64";
-    case SW_INT32: return "int32";
-    case SW_INT64: return "int64";
-    }
-    return NULL;
-}
-
 /* Scratch of `bytes` on q's stream for an overlapping COPY: from the pool
  * (freed again in stream order) or cuMemAlloc (freed once q's work is
  * done).  The context is current. */
@@ -1692,6 +1281,9 @@ static int cuda__copy_overlapping(sw__bqueue *q, swcu_deviceptr dst,
 {
     sw__bdev *d = q->dev;
     swcu_deviceptr tmp = 0;
+    int rc = d->pool != NULL ? SW_OK : cuda__reserve(d);
+    if (rc != SW_OK)
+        return rc;
     swcu_result r = d->pool != NULL
                         ? CU(cuMemAllocFromPoolAsync)(&tmp, bytes, d->pool,
                                                       q->stream)
@@ -1702,18 +1294,21 @@ static int cuda__copy_overlapping(sw__bqueue *q, swcu_deviceptr dst,
     if (r != SWCU_CUDA_SUCCESS)
         return cuda__fail(d->index, r, d->pool ? "cuMemAllocFromPoolAsync"
                                                : "cuMemAlloc_v2", detail);
+    if (d->pool == NULL)
+        d->nlive++;
     r = CU(cuMemcpyDtoDAsync_v2)(tmp, src, bytes, q->stream);
     if (r == SWCU_CUDA_SUCCESS)
         r = CU(cuMemcpyDtoDAsync_v2)(dst, tmp, bytes, q->stream);
-    int rc = r == SWCU_CUDA_SUCCESS
-                 ? SW_OK
-                 : cuda__fail(d->index, r, "cuMemcpyDtoDAsync_v2", detail);
-    if (d->pool != NULL)
+    rc = r == SWCU_CUDA_SUCCESS
+             ? SW_OK
+             : cuda__fail(d->index, r, "cuMemcpyDtoDAsync_v2", detail);
+    if (d->pool != NULL) {
         (void)CU(cuMemFreeAsync)(tmp, q->stream);
-    else if (cuda__defer_free(d, q, tmp) != SW_OK) {
-        /* No host memory to defer it: wait, then free now. */
+    } else if (cuda__defer_free(d, q, tmp) != SW_OK) {
+        /* The stream cannot take the free's event: wait, then free now. */
         (void)CU(cuStreamSynchronize)(q->stream);
         (void)CU(cuMemFree_v2)(tmp);
+        d->nlive--;
     }
     return rc;
 }
@@ -1839,49 +1434,17 @@ static int cuda__launch(sw__bqueue *q, const sw_kernel_args *a, size_t es)
                       d->index, (int)a->kernel);
 }
 
+/* The core has checked the kernel, the dtype (one of props.dtypes: 0, the
+ * four of version 1, which the kernel table is indexed by), the count and
+ * the typed operands' alignment: a misaligned access would end the
+ * context for good (a sticky CUDA_ERROR_MISALIGNED_ADDRESS), so none
+ * reaches the GPU.  FILL and COPY take any alignment (bytes), SUM stores
+ * its result wherever out points. */
 static int cuda_launch(sw__bqueue *q, const sw_kernel_args *args)
 {
     sw__bdev *d = q->dev;
-    const char *kname = cuda__kernel_name(args->kernel);
-    const char *dname = cuda__dtype_name(args->dtype);
-    if (kname == NULL || dname == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "cuda:%d: unknown %s %d in a kernel launch",
-                          d->index, kname ? "dtype" : "kernel",
-                          kname ? (int)args->dtype : (int)args->kernel);
-    size_t es = args->dtype == SW_FLOAT64 || args->dtype == SW_INT64 ? 8 : 4;
-    if (args->n == 0 || args->n > SIZE_MAX / es)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "cuda:%d: kernel %s %s with n=%zu elements",
-                          d->index, kname, dname, args->n);
-    /* A misaligned access would end the context for good (a sticky
-     * CUDA_ERROR_MISALIGNED_ADDRESS): refuse what the typed loops cannot
-     * do.  FILL and COPY take any alignment (bytes), SUM stores its
-     * result wherever out points. */
-    const sw_devmem *need[3] = {NULL, NULL, NULL};
-    const char *names[3] = {"out", "a", "b"};
-    switch (args->kernel) {
-    case SW_KERNEL_ADD:
-        need[2] = &args->b;
-        /* fall through */
-    case SW_KERNEL_SCALE:
-    case SW_KERNEL_AXPY:
-        need[0] = &args->out;
-        /* fall through */
-    case SW_KERNEL_SUM:
-        need[1] = &args->a;
-        break;
-    default:
-        break;
-    }
-    for (int i = 0; i < 3; i++) {
-        if (need[i] && (need[i]->base + need[i]->offset) % es != 0)
-            return sw__errorf(SW_ERR_INVALID_ARG,
-                              "cuda:%d: kernel %s %s: operand %s at 0x%" PRIxPTR
-                              " is not aligned to its %zu-byte elements",
-                              d->index, kname, dname, names[i],
-                              need[i]->base + need[i]->offset, es);
-    }
+    assert((unsigned)args->dtype <= SW_INT64);
+    size_t es = sw_dtype_size(args->dtype);
     cuda__scope s;
     int rc = cuda__enter(d, &s);
     if (rc != SW_OK)

@@ -47,6 +47,10 @@ const char *sw__cuda_error_table_name(int cuerr);
  * MEMORY (...)") and returns sw__cuda_error_code(cuerr). */
 int sw__cuda_fail(int index, int cuerr, const char *call);
 
+/* The driver's version (cuDriverGetVersion, e.g. 12080), loading it once
+ * if need be; 0 when there is no usable driver. */
+int sw__cuda_driver_version(void);
+
 /* cuCtxGetCurrent on the calling thread, or NULL (also when no driver is
  * loaded): the backend leaves no context current behind it. */
 void *sw__cuda_thread_context(void);
@@ -57,7 +61,8 @@ void *sw__cuda_thread_context(void);
 int sw__cuda_pool_usage(int index, uint64_t *reserved, uint64_t *used);
 
 /* ------------------------------------------------------------------------
- * Built-in kernels and NVRTC
+ * Built-in kernels and NVRTC (the source and the compiler: cuda_nvrtc.c;
+ * the tables that launch them: cuda.c)
  * ---------------------------------------------------------------------- */
 
 /* The CUDA C source of every built-in kernel (NUL-terminated, static). */
@@ -80,10 +85,10 @@ int sw__cuda_nvrtc_load(char *why, size_t why_len, int *major, int *minor);
 
 /* Compile src (a NUL-terminated CUDA C program) with NVRTC for compute
  * capability major.minor: PTX for compute_XY, or with cubin != 0 a CUBIN
- * for sm_XY.  On success *image (malloc'd, NUL-terminated for PTX; free it)
- * and *size; on failure SW_ERR_UNSUPPORTED (no NVRTC), SW_ERR_DEVICE (the
- * compile failed: the message names the options and the log is copied to
- * log) or SW_ERR_HOST_OOM.  log may be NULL. */
+ * for sm_XY.  On success *image (sw__malloc'd, NUL-terminated for PTX;
+ * sw__free it) and *size; on failure SW_ERR_UNSUPPORTED (no NVRTC),
+ * SW_ERR_DEVICE (the compile failed: the message names the options and the
+ * log is copied to log) or SW_ERR_HOST_OOM.  log may be NULL. */
 int sw__cuda_compile_source(const char *src, int major, int minor, int cubin,
                             char **image, size_t *size, char *log,
                             size_t log_len);
@@ -91,6 +96,20 @@ int sw__cuda_compile_source(const char *src, int major, int minor, int cubin,
 /* The same for the built-in kernels' source. */
 int sw__cuda_compile(int major, int minor, int cubin, char **image,
                      size_t *size, char *log, size_t log_len);
+
+/* The built-in kernels compiled for architecture arch (10 * major +
+ * minor) as a CUBIN (cubin != 0) or PTX, compiled at the first call for
+ * that pair and kept for the life of the process (*image stays valid).
+ * Errors as sw__cuda_compile's. */
+int sw__cuda_image_get(int arch, int cubin, const char **image);
+
+/* After sw__cuda_nvrtc_load: the architectures the loaded NVRTC can
+ * target (10 * major + minor), at most max of them into archs; returns
+ * their number, 0 when it cannot tell (or is not loaded). */
+int sw__cuda_nvrtc_archs(int *archs, int max);
+
+/* The file name NVRTC was loaded from ("" when not loaded). */
+const char *sw__cuda_nvrtc_path(void);
 
 /* The target for a device of architecture devarch (10 * major + minor)
  * given the architectures an NVRTC supports (archs, n of them; n == 0

@@ -1,6 +1,23 @@
 /*
  * opencl.c -- the OpenCL backend: any OpenCL 1.2+ platform (CI: PoCL).
  *
+ * The divisions of this file, in order:
+ *   - OpenCL error names, and the spillway codes they map to.
+ *   - Kernels: the embedded source (src/backend/kernels/opencl.cl) and the
+ *     table of its entry points.
+ *   - Types: deferred frees, queues, devices, events.
+ *   - The device list, taken once per process.
+ *   - Small helpers.
+ *   - Events and the deferred frees.
+ *   - Launching kernels: arguments, element-wise launches, byte fills and
+ *     moves.
+ *   - Queues.
+ *   - Configuration from the environment.
+ *   - Building the kernels for a device.
+ *   - Operations (the ops table's functions): devices and memory; queues
+ *     and transfers; kernels; events and waiting.
+ *   - The ops table.
+ *
  * Devices.  Every available device of every platform whose OpenCL version is
  * 1.2 or newer and that has a compiler is listed, platform by platform in
  * the order clGetPlatformIDs gives them: opencl:0, opencl:1, ...  The list
@@ -53,8 +70,9 @@
  * command): an enqueued marker per wait costs PoCL one more pass through
  * its scheduler threads, about 3 us of a 10 us host round trip.
  *
- * Kernels are OpenCL C, built once per device at open (PoCL also caches
- * the binaries on disk).  Element-wise kernels take one element per
+ * Kernels are OpenCL C (src/backend/kernels/opencl.cl, embedded at build
+ * time), built once per device at open (PoCL also caches the binaries on
+ * disk).  Element-wise kernels take one element per
  * work-item, with a fixed work-group size (PoCL compiles a specialisation
  * per local size, so letting the runtime choose would compile again for
  * many n) and buffer offsets as kernel arguments (OpenCL 1.2 has no
@@ -104,13 +122,15 @@
 
 #include "backend.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define OCL__MAX_DEVICES 64
+#define OCL__MAX_DEVICES 64   /* listed, and looked at per platform */
+#define OCL__MAX_PLATFORMS 32
 #define OCL__MIN_MEMORY (UINT64_C(1) << 20)
 /* Work-group sizes: at most this, a power of two. */
 #define OCL__MAX_LOCAL 256u
@@ -241,228 +261,11 @@ static int ocl__fail_enqueue(int index, const char *call, cl_int err)
 }
 
 /* ------------------------------------------------------------------------
- * Kernels: OpenCL C source and the table of kernel names
+ * Kernels: the OpenCL C source (src/backend/kernels/opencl.cl, embedded at
+ * build time as sw__opencl_kernels_cl) and the table of kernel names
  * ---------------------------------------------------------------------- */
 
-/* In pieces: C compilers need only support string literals of 4095 bytes,
- * and clCreateProgramWithSource takes several strings. */
-static const char *const ocl__source[] = {
-    "#pragma OPENCL FP_CONTRACT OFF\n"
-    "#ifdef SW_FP64\n"
-    "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
-    "#endif\n"
-    /* Element-wise kernels: one element per work-item, one signature for
-     * all of them (unused operands are ignored).  Offsets are in elements.
-     * No restrict: out may be a (in-place), and element i only depends on
-     * element i. */
-    "#define SW_EW(NAME, T, EXPR)                                        \\\n"
-    "__kernel void NAME(__global T *o, ulong oo, __global const T *a,    \\\n"
-    "                   ulong ao, __global const T *b, ulong bo,         \\\n"
-    "                   T alpha, ulong n)                                \\\n"
-    "{                                                                   \\\n"
-    "    ulong i = get_global_id(0);                                     \\\n"
-    "    if (i < n)                                                      \\\n"
-    "        o[oo + i] = EXPR;                                           \\\n"
-    "}\n"
-    "#define SW_ARITH(S, T)                                              \\\n"
-    "    SW_EW(sw_add_##S, T, a[ao + i] + b[bo + i])                     \\\n"
-    "    SW_EW(sw_scale_##S, T, alpha * a[ao + i])                       \\\n"
-    "    SW_EW(sw_axpy_##S, T, alpha * a[ao + i] + o[oo + i])\n"
-    "SW_EW(sw_fill_u32, uint, alpha)\n"
-    "SW_EW(sw_fill_u64, ulong, alpha)\n"
-    "SW_EW(sw_copy_u32, uint, a[ao + i])\n"
-    "SW_EW(sw_copy_u64, ulong, a[ao + i])\n"
-    "SW_ARITH(f32, float)\n"
-    "SW_ARITH(u32, uint)\n"
-    "SW_ARITH(u64, ulong)\n"
-    "#ifdef SW_FP64\n"
-    "SW_ARITH(f64, double)\n"
-    "#endif\n"
-    ,
-    /* Bytes: a pattern fill at any offset (pattern byte k is bits 8k..8k+7
-     * of pat), and an overlapping move, run by one work-item in the
-     * direction that is safe. */
-    "__kernel void sw_fill_bytes(__global uchar *o, ulong oo, ulong pat,\n"
-    "                            uint psize, ulong n)\n"
-    "{\n"
-    "    ulong i = get_global_id(0);\n"
-    "    if (i < n)\n"
-    "        o[oo + i] = (uchar)(pat >> (8 * (i % psize)));\n"
-    "}\n"
-    "__kernel void sw_move_bytes(__global uchar *o, ulong oo,\n"
-    "                            __global const uchar *a, ulong ao, ulong n)\n"
-    "{\n"
-    "    if (get_global_id(0) != 0)\n"
-    "        return;\n"
-    "    if (oo < ao) {\n"
-    "        for (ulong i = 0; i < n; i++)\n"
-    "            o[oo + i] = a[ao + i];\n"
-    "    } else {\n"
-    "        for (ulong i = n; i-- > 0;)\n"
-    "            o[oo + i] = a[ao + i];\n"
-    "    }\n"
-    "}\n"
-    /* 8 result bytes in the device's byte order at any byte offset. */
-    "void sw_store8(__global uchar *out, ulong oo, ulong bits)\n"
-    "{\n"
-    "    for (int k = 0; k < 8; k++) {\n"
-    "#ifdef __ENDIAN_LITTLE__\n"
-    "        out[oo + k] = (uchar)(bits >> (8 * k));\n"
-    "#else\n"
-    "        out[oo + k] = (uchar)(bits >> (8 * (7 - k)));\n"
-    "#endif\n"
-    "    }\n"
-    "}\n"
-    ,
-    /* Sums: see the file comment for the order.  ACC is the accumulator,
-     * CONV reads one element into it, ADD combines two accumulators. */
-    "#define SW_PLUS(x, y) ((x) + (y))\n"
-    "#define SW_SUM1(S, T, ACC, ZERO, CONV, ADD)                          \\\n"
-    "__kernel void sw_sum1_##S(__global const T *a, ulong ao, ulong n,   \\\n"
-    "                          ulong tiles, __global ACC *part)          \\\n"
-    "{                                                                   \\\n"
-    "    __local ACC s[SW_RED_L];                                        \\\n"
-    "    uint j = (uint)get_local_id(0);                                 \\\n"
-    "    ulong lo = (ulong)get_group_id(0) * tiles * SW_RED_L;           \\\n"
-    "    ulong hi = min(lo + tiles * SW_RED_L, n);                       \\\n"
-    "    ACC acc = ZERO;                                                 \\\n"
-    "    for (ulong i = lo + j; i < hi; i += SW_RED_L)                   \\\n"
-    "        acc = ADD(acc, CONV(a[ao + i]));                            \\\n"
-    "    s[j] = acc;                                                     \\\n"
-    "    barrier(CLK_LOCAL_MEM_FENCE);                                   \\\n"
-    "    for (uint t = SW_RED_L / 2; t > 0; t >>= 1) {                   \\\n"
-    "        if (j < t)                                                  \\\n"
-    "            s[j] = ADD(s[j], s[j + t]);                             \\\n"
-    "        barrier(CLK_LOCAL_MEM_FENCE);                               \\\n"
-    "    }                                                               \\\n"
-    "    if (j == 0)                                                     \\\n"
-    "        part[get_group_id(0)] = s[0];                               \\\n"
-    "}\n"
-    "#define SW_SUM2(S, ACC, ZERO, ADD, BITS)                            \\\n"
-    "__kernel void sw_sum2_##S(__global const ACC *part, ulong groups,   \\\n"
-    "                          __global uchar *out, ulong oo)            \\\n"
-    "{                                                                   \\\n"
-    "    __local ACC s[SW_RED_L];                                        \\\n"
-    "    uint j = (uint)get_local_id(0);                                 \\\n"
-    "    ACC acc = ZERO;                                                 \\\n"
-    "    for (ulong i = j; i < groups; i += SW_RED_L)                    \\\n"
-    "        acc = ADD(acc, part[i]);                                    \\\n"
-    "    s[j] = acc;                                                     \\\n"
-    "    barrier(CLK_LOCAL_MEM_FENCE);                                   \\\n"
-    "    for (uint t = SW_RED_L / 2; t > 0; t >>= 1) {                   \\\n"
-    "        if (j < t)                                                  \\\n"
-    "            s[j] = ADD(s[j], s[j + t]);                             \\\n"
-    "        barrier(CLK_LOCAL_MEM_FENCE);                               \\\n"
-    "    }                                                               \\\n"
-    "    if (j == 0)                                                     \\\n"
-    "        sw_store8(out, oo, BITS(s[0]));                             \\\n"
-    "}\n"
-    "#define SW_U64(x) ((ulong)(x))\n"
-    "#define SW_SEXT(x) ((ulong)(long)(x))\n"
-    "SW_SUM1(i32, int, ulong, 0, SW_SEXT, SW_PLUS)\n"
-    "SW_SUM1(i64, ulong, ulong, 0, SW_U64, SW_PLUS)\n"
-    "SW_SUM2(u, ulong, 0, SW_PLUS, SW_U64)\n"
-    ,
-    "#ifdef SW_FP64\n"
-    "#define SW_F2D(x) ((double)(x))\n"
-    "SW_SUM1(f32, float, double, 0.0, SW_F2D, SW_PLUS)\n"
-    "SW_SUM1(f64, double, double, 0.0, SW_F2D, SW_PLUS)\n"
-    "SW_SUM2(d, double, 0.0, SW_PLUS, as_ulong)\n"
-    "#else\n"
-    /* float-float accumulators (hi, lo) with |lo| <= ulp(hi)/2: about 48
-     * bits of significand from float arithmetic alone (FP_CONTRACT is off,
-     * so the error-free transformations are exact). */
-    "float2 sw_ff_norm(float s, float e)\n"
-    "{\n"
-    "    float h = s + e;\n"
-    "    return (float2)(h, e - (h - s));\n"
-    "}\n"
-    "float2 sw_ff_add(float2 x, float2 y)\n"
-    "{\n"
-    "    float s = x.x + y.x;\n"
-    "    if (!isfinite(s))\n" /* inf or NaN: no low part to keep */
-    "        return (float2)(s, 0.0f);\n"
-    "    float bb = s - x.x;\n"
-    "    float e = (x.x - (s - bb)) + (y.x - bb);\n"
-    "    return sw_ff_norm(s, e + (x.y + y.y));\n"
-    "}\n"
-    "#define SW_FF(x) ((float2)((x), 0.0f))\n"
-    /* The float's value as m * 2^e, m signed (0 for zeros). */
-    "void sw_ff_split(float f, long *m, int *e)\n"
-    "{\n"
-    "    uint u = as_uint(f);\n"
-    "    uint ex = (u >> 23) & 0xffu;\n"
-    "    long fr = (long)(u & 0x7fffffu);\n"
-    "    if (ex == 0) {\n"
-    "        *e = -149;\n"
-    "    } else {\n"
-    "        fr |= 0x800000L;\n"
-    "        *e = (int)ex - 150;\n"
-    "    }\n"
-    "    *m = (u >> 31) ? -fr : fr;\n"
-    "}\n"
-    /* hi + lo rounded to the nearest double (ties to even), as its bits. */
-    "ulong sw_ff_bits(float2 v)\n"
-    "{\n"
-    "    uint uh = as_uint(v.x);\n"
-    "    if (((uh >> 23) & 0xffu) == 0xffu)\n"
-    "        return ((ulong)(uh >> 31) << 63) | 0x7ff0000000000000UL |\n"
-    "               ((ulong)(uh & 0x7fffffu) << 29);\n"
-    "    long mh, ml;\n"
-    "    int eh, el;\n"
-    "    sw_ff_split(v.x, &mh, &eh);\n"
-    "    sw_ff_split(v.y, &ml, &el);\n"
-    "    if (mh == 0 && ml == 0)\n"
-    "        return (ulong)(uh >> 31) << 63;\n"
-    "    if (mh == 0 || (ml != 0 && el > eh)) {\n"
-    "        long tm = mh; mh = ml; ml = tm;\n"
-    "        int te = eh; eh = el; el = te;\n"
-    "    }\n"
-    "    long t;\n"
-    "    int e;\n"
-    "    int d = ml == 0 ? 0 : eh - el;\n"
-    "    if (ml == 0) {\n"
-    "        t = mh;\n"
-    "        e = eh;\n"
-    "    } else if (d <= 37) {\n"
-    "        t = mh * (1L << d) + ml;\n"
-    "        e = el;\n"
-    "    } else {\n"
-    /* lo lies below the 61 bits kept: shift it down (rounding toward
-     * minus infinity) and keep a sticky bit for what was lost. */
-    "        int k = d - 37;\n"
-    "        long q;\n"
-    "        if (k > 40)\n"
-    "            q = ml < 0 ? -1 : 0;\n"
-    "        else if (ml >= 0)\n"
-    "            q = ml >> k;\n"
-    "        else\n"
-    "            q = -((-ml + (1L << k) - 1) >> k);\n"
-    "        int lost = k > 40 ? 1 : (ml - q * (1L << k)) != 0;\n"
-    "        t = (mh * (1L << 37) + q) * 2 + lost;\n"
-    "        e = el + k - 1;\n"
-    "    }\n"
-    "    if (t == 0)\n"
-    "        return 0;\n"
-    "    ulong sign = t < 0 ? (1UL << 63) : 0;\n"
-    "    ulong mag = t < 0 ? (ulong)(-t) : (ulong)t;\n"
-    "    int lz = (int)clz(mag);\n"
-    "    ulong norm = mag << lz;\n"
-    "    ulong m = norm >> 11;\n"
-    "    ulong rem = norm & 0x7ffUL;\n"
-    "    int x2 = e + 63 - lz;\n"
-    "    if (rem > 0x400UL || (rem == 0x400UL && (m & 1UL)))\n"
-    "        m++;\n"
-    "    if (m >> 53) {\n"
-    "        m >>= 1;\n"
-    "        x2++;\n"
-    "    }\n"
-    "    return sign | ((ulong)(x2 + 1023) << 52) | (m & 0xfffffffffffffUL);\n"
-    "}\n"
-    "SW_SUM1(f32, float, float2, (float2)(0.0f, 0.0f), SW_FF, sw_ff_add)\n"
-    "SW_SUM2(d, float2, (float2)(0.0f, 0.0f), sw_ff_add, sw_ff_bits)\n"
-    "#endif\n",
-};
+#include "backend/kernels/opencl_cl.h"
 
 typedef enum ocl__kid {
     OCL__FILL_U32,
@@ -599,8 +402,12 @@ static int ocl__version(cl_device_id d)
     return major * 100 + minor * 10;
 }
 
+/* Arrays of fixed size, not host memory: the list is taken once per
+ * process, so a failed allocation here would hide devices for its life. */
 static void ocl__enumerate(void)
 {
+    cl_platform_id plats[OCL__MAX_PLATFORMS];
+    cl_device_id devs[OCL__MAX_DEVICES];
     cl_uint np = 0;
     cl_int err = clGetPlatformIDs(0, NULL, &np);
     if (err != CL_SUCCESS || np == 0) {
@@ -610,12 +417,8 @@ static void ocl__enumerate(void)
                  err != CL_SUCCESS ? ocl__errname(err) : "0 platforms");
         return;
     }
-    cl_platform_id *plats = calloc(np, sizeof *plats);
-    if (!plats) {
-        snprintf(ocl__list.why, sizeof ocl__list.why,
-                 "out of host memory listing OpenCL platforms");
-        return;
-    }
+    if (np > OCL__MAX_PLATFORMS)
+        np = OCL__MAX_PLATFORMS;
     err = clGetPlatformIDs(np, plats, NULL);
     int seen = 0, old = 0;
     for (cl_uint p = 0; err == CL_SUCCESS && p < np; p++) {
@@ -624,32 +427,29 @@ static void ocl__enumerate(void)
                 CL_SUCCESS ||
             nd == 0)
             continue;
-        cl_device_id *devs = calloc(nd, sizeof *devs);
-        if (!devs)
-            break;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) ==
-            CL_SUCCESS) {
-            for (cl_uint i = 0; i < nd; i++) {
-                seen++;
-                cl_bool avail = CL_FALSE, comp = CL_FALSE;
-                clGetDeviceInfo(devs[i], CL_DEVICE_AVAILABLE, sizeof avail,
-                                &avail, NULL);
-                clGetDeviceInfo(devs[i], CL_DEVICE_COMPILER_AVAILABLE,
-                                sizeof comp, &comp, NULL);
-                if (ocl__version(devs[i]) < 120) {
-                    old++;
-                    continue;
-                }
-                if (!avail || !comp || ocl__list.count >= OCL__MAX_DEVICES)
-                    continue;
-                ocl__list.dev[ocl__list.count].platform = plats[p];
-                ocl__list.dev[ocl__list.count].device = devs[i];
-                ocl__list.count++;
+        if (nd > OCL__MAX_DEVICES)
+            nd = OCL__MAX_DEVICES;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) !=
+            CL_SUCCESS)
+            continue;
+        for (cl_uint i = 0; i < nd; i++) {
+            seen++;
+            cl_bool avail = CL_FALSE, comp = CL_FALSE;
+            clGetDeviceInfo(devs[i], CL_DEVICE_AVAILABLE, sizeof avail,
+                            &avail, NULL);
+            clGetDeviceInfo(devs[i], CL_DEVICE_COMPILER_AVAILABLE,
+                            sizeof comp, &comp, NULL);
+            if (ocl__version(devs[i]) < 120) {
+                old++;
+                continue;
             }
+            if (!avail || !comp || ocl__list.count >= OCL__MAX_DEVICES)
+                continue;
+            ocl__list.dev[ocl__list.count].platform = plats[p];
+            ocl__list.dev[ocl__list.count].device = devs[i];
+            ocl__list.count++;
         }
-        free(devs);
     }
-    free(plats);
     if (ocl__list.count == 0)
         snprintf(ocl__list.why, sizeof ocl__list.why,
                  "%d OpenCL device%s found, none usable (%d older than "
@@ -661,21 +461,6 @@ static void ocl__enumerate(void)
  * Small helpers
  * ---------------------------------------------------------------------- */
 
-static void ocl__human(uint64_t n, char *buf, size_t len)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)n;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, len, "%" PRIu64 " B", n);
-    else
-        snprintf(buf, len, "%.2f %s", v, unit[u]);
-}
-
 static size_t ocl__pow2_floor(size_t x)
 {
     size_t p = 1;
@@ -685,35 +470,6 @@ static size_t ocl__pow2_floor(size_t x)
 }
 
 static size_t ocl__round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
-
-static const char *ocl__kernel_name(sw_kernel k)
-{
-    switch (k) {
-    case SW_KERNEL_FILL: return "FILL";
-    case SW_KERNEL_COPY: return "COPY";
-    case SW_KERNEL_ADD: return "ADD";
-    case SW_KERNEL_SCALE: return "SCALE";
-    case SW_KERNEL_AXPY: return "AXPY";
-    case SW_KERNEL_SUM: return "SUM";
-    }
-    return NULL;
-}
-
-static const char *ocl__dtype_name(sw_dtype d)
-{
-    switch (d) {
-    case SW_FLOAT32: return "float32";
-    case SW_FLOAT64: return "float64";
-    case SW_INT32: return "int32";
-    case SW_INT64: return "int64";
-    }
-    return NULL;
-}
-
-static size_t ocl__dtype_size(sw_dtype d)
-{
-    return d == SW_FLOAT64 || d == SW_INT64 ? 8 : 4;
-}
 
 /* ------------------------------------------------------------------------
  * Events and the deferred frees
@@ -782,7 +538,7 @@ static void ocl__reap(sw__bqueue *q, int force)
             q->tail = NULL;
         ocl__release_mem(q->dev, f->mem, f->size);
         clReleaseEvent(f->after);
-        free(f);
+        sw__free(f);
     }
 }
 
@@ -927,7 +683,7 @@ static int ocl__copy_any(sw__bqueue *q, cl_mem dst, size_t doff, cl_mem src,
 
 static int ocl__queue_new(sw__bdev *dev, sw__bqueue **out)
 {
-    sw__bqueue *q = calloc(1, sizeof *q);
+    sw__bqueue *q = sw__calloc(1, sizeof *q);
     if (!q)
         return sw__errorf(SW_ERR_HOST_OOM,
                           "opencl:%d: out of host memory for a queue",
@@ -935,7 +691,7 @@ static int ocl__queue_new(sw__bdev *dev, sw__bqueue **out)
     q->dev = dev;
     size_t psize = OCL__SUM_GROUPS * 8;
     if (dev->capacity - dev->allocated < psize) {
-        free(q);
+        sw__free(q);
         return sw__errorf(SW_ERR_OOM,
                           "opencl:%d: no room for a queue's %zu bytes of sum "
                           "partials within the capacity",
@@ -944,7 +700,7 @@ static int ocl__queue_new(sw__bdev *dev, sw__bqueue **out)
     cl_int err = CL_SUCCESS;
     q->cq = clCreateCommandQueue(dev->ctx, dev->device, 0, &err);
     if (!q->cq || err != CL_SUCCESS) {
-        free(q);
+        sw__free(q);
         return ocl__fail(ocl__code(err), dev->index, "clCreateCommandQueue",
                          err, NULL);
     }
@@ -952,7 +708,7 @@ static int ocl__queue_new(sw__bdev *dev, sw__bqueue **out)
                                  &err);
     if (!q->partials || err != CL_SUCCESS) {
         clReleaseCommandQueue(q->cq);
-        free(q);
+        sw__free(q);
         return ocl__fail(SW_ERR_OOM, dev->index, "clCreateBuffer", err,
                          "the sum partials of a queue");
     }
@@ -977,7 +733,7 @@ static void ocl__queue_free(sw__bqueue *q)
     while (*pp != q)
         pp = &(*pp)->next;
     *pp = q->next;
-    free(q);
+    sw__free(q);
 }
 
 /* ------------------------------------------------------------------------
@@ -1023,9 +779,9 @@ static int ocl__build(sw__bdev *dev, size_t red_local)
     snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DSW_RED_L=%zu%s", red_local,
              dev->fp64 ? " -DSW_FP64=1" : "");
     cl_int err = CL_SUCCESS;
-    cl_program prog = clCreateProgramWithSource(
-        dev->ctx, (cl_uint)(sizeof ocl__source / sizeof ocl__source[0]),
-        (const char **)ocl__source, NULL, &err);
+    const char *src = sw__opencl_kernels_cl;
+    cl_program prog = clCreateProgramWithSource(dev->ctx, 1, &src, NULL,
+                                                &err);
     if (!prog || err != CL_SUCCESS)
         return ocl__fail(ocl__code(err), dev->index,
                          "clCreateProgramWithSource", err, NULL);
@@ -1168,7 +924,7 @@ static void ocl__close_dev(sw__bdev *dev)
     ocl__unbuild(dev);
     if (dev->ctx)
         clReleaseContext(dev->ctx);
-    free(dev);
+    sw__free(dev);
 }
 
 static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
@@ -1184,7 +940,7 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
     if (rc != SW_OK)
         return rc;
 
-    sw__bdev *dev = calloc(1, sizeof *dev);
+    sw__bdev *dev = sw__calloc(1, sizeof *dev);
     if (!dev)
         return sw__errorf(SW_ERR_HOST_OOM, "opencl:%d: out of host memory",
                           index);
@@ -1208,17 +964,25 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
     char *exts = NULL;
     if (clGetDeviceInfo(dev->device, CL_DEVICE_EXTENSIONS, 0, NULL,
                         &extlen) == CL_SUCCESS &&
-        extlen > 0 && (exts = calloc(1, extlen + 1)) != NULL)
+        extlen > 0) {
+        /* Without it the device would open without fp64: fail instead. */
+        if ((exts = sw__calloc(1, extlen + 1)) == NULL) {
+            sw__free(dev);
+            return sw__errorf(SW_ERR_HOST_OOM, "opencl:%d: out of host "
+                              "memory for the device's extension list",
+                              index);
+        }
         clGetDeviceInfo(dev->device, CL_DEVICE_EXTENSIONS, extlen, exts,
                         NULL);
+    }
     int has_fp64 = exts && strstr(exts, "cl_khr_fp64") != NULL;
     dev->amd_free = exts &&
                     strstr(exts, "cl_amd_device_attribute_query") != NULL;
-    free(exts);
+    sw__free(exts);
     dev->fp64 = has_fp64 && !ocl__env_fp64_off();
 
     if (gmem == 0) {
-        free(dev);
+        sw__free(dev);
         return sw__errorf(SW_ERR_DEVICE,
                           "opencl:%d: %s reports no global memory "
                           "(CL_DEVICE_GLOBAL_MEM_SIZE is 0)",
@@ -1248,8 +1012,8 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
     }
 
     char cap[32], gm[32];
-    ocl__human(dev->capacity, cap, sizeof cap);
-    ocl__human(gmem, gm, sizeof gm);
+    sw_format_bytes(dev->capacity, cap, sizeof cap);
+    sw_format_bytes(gmem, gm, sizeof gm);
     /* Composed at full length, then cut to the field. */
     char desc[320];
     if (dev->capacity < gmem)
@@ -1274,6 +1038,15 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
     /* The contract's mem is a cl_mem, not an address: there is no host
      * address to give out through it (see docs/opencl.md). */
     props->host_addressable = 0;
+    /* The kernels of opencl.cl: the four of contract version 1, float64
+     * only with cl_khr_fp64 (the core refuses the others, saying why). */
+    props->dtypes = 1u << SW_FLOAT32 | 1u << SW_INT32 | 1u << SW_INT64;
+    if (dev->fp64)
+        props->dtypes |= 1u << SW_FLOAT64;
+    else
+        snprintf(props->dtypes_why, sizeof props->dtypes_why,
+                 "no double precision (cl_khr_fp64)%s",
+                 has_fp64 ? ", turned off by SPILLWAY_OPENCL_FP64=0" : "");
     *out = dev;
     return SW_OK;
 }
@@ -1286,17 +1059,12 @@ static void ocl_close(sw__bdev *dev)
 
 static int ocl_alloc(sw__bdev *dev, size_t size, uintptr_t *mem)
 {
-    if (size == 0 || size % SW_ALLOC_GRANULARITY != 0)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "opencl:%d: allocation of %zu bytes: not a positive "
-                          "multiple of %u",
-                          dev->index, size, SW_ALLOC_GRANULARITY);
     ocl__reap_all(dev);
     if (size > dev->capacity - dev->allocated) {
         char a[32], c[32], s[32];
-        ocl__human(dev->allocated, a, sizeof a);
-        ocl__human(dev->capacity, c, sizeof c);
-        ocl__human(size, s, sizeof s);
+        sw_format_bytes(dev->allocated, a, sizeof a);
+        sw_format_bytes(dev->capacity, c, sizeof c);
+        sw_format_bytes(size, s, sizeof s);
         return sw__errorf(SW_ERR_OOM,
                           "opencl:%d: %s more would pass the device's "
                           "capacity of %s (%s, %" PRIu64 " bytes, are "
@@ -1336,13 +1104,13 @@ static int ocl_free(sw__bdev *dev, sw__bqueue *q, uintptr_t mem, size_t size)
         ocl__release_mem(dev, m, size);
         return SW_OK;
     }
-    ocl__dfree *f = malloc(sizeof *f);
+    ocl__dfree *f = sw__malloc(sizeof *f);
     cl_event after = NULL;
     if (!f || ocl__latest(q, &after) != SW_OK) {
         /* No way to wait: release now.  OpenCL keeps the buffer alive for
          * the commands already queued on it, so this is still safe; only
          * our count drops a little early. */
-        free(f);
+        sw__free(f);
         ocl__release_mem(dev, m, size);
         return SW_OK;
     }
@@ -1399,9 +1167,6 @@ static void ocl_queue_destroy(sw__bqueue *q)
 static int ocl_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
                      const void *src, size_t n)
 {
-    if (n == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "opencl:%d: write of 0 bytes",
-                          q->dev->index);
     cl_event ev = NULL;
     cl_int err = clEnqueueWriteBuffer(q->cq, (cl_mem)dst, CL_FALSE, dst_off,
                                       n, src, 0, NULL, &ev);
@@ -1414,9 +1179,6 @@ static int ocl_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
 static int ocl_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
                     size_t n)
 {
-    if (n == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "opencl:%d: read of 0 bytes",
-                          q->dev->index);
     cl_event ev = NULL;
     cl_int err = clEnqueueReadBuffer(q->cq, (cl_mem)src, CL_FALSE, src_off, n,
                                      dst, 0, NULL, &ev);
@@ -1429,23 +1191,12 @@ static int ocl_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
 static int ocl_copy(sw__bqueue *q, uintptr_t dst, size_t dst_off,
                     uintptr_t src, size_t src_off, size_t n)
 {
-    if (n == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "opencl:%d: copy of 0 bytes",
-                          q->dev->index);
     return ocl__copy_any(q, (cl_mem)dst, dst_off, (cl_mem)src, src_off, n);
 }
 
 static int ocl_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
                     const void *pattern, size_t pattern_size)
 {
-    if ((pattern_size != 1 && pattern_size != 2 && pattern_size != 4 &&
-         pattern_size != 8) ||
-        n == 0 || n % pattern_size != 0)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "opencl:%d: fill of %zu bytes with a %zu-byte "
-                          "pattern: the pattern must be 1, 2, 4 or 8 bytes "
-                          "and divide a nonzero length",
-                          q->dev->index, n, pattern_size);
     return ocl__fill_any(q, (cl_mem)dst, dst_off, n, pattern, pattern_size);
 }
 
@@ -1487,7 +1238,7 @@ static int ocl__sum(sw__bqueue *q, const sw_kernel_args *args)
     if (groups > OCL__SUM_GROUPS)
         groups = OCL__SUM_GROUPS;
     cl_ulong tiles = (n + groups * L - 1) / (groups * L);
-    size_t es = ocl__dtype_size(args->dtype);
+    size_t es = sw_dtype_size(args->dtype);
     ocl__kid k1, k2;
     switch (args->dtype) {
     case SW_FLOAT32: k1 = OCL__SUM1_F32; k2 = OCL__SUM2_D; break;
@@ -1533,39 +1284,30 @@ static void ocl__alpha_bits(sw_dtype d, sw_scalar v, void *out)
     case SW_INT64:
         memcpy(out, &v.i, 8);
         break;
+    default: /* never launched: props.dtypes has the four above only */
+        break;
     }
 }
 
+/* The core has checked the kernel, the dtype (one of props.dtypes: the
+ * four of version 1, float64 only with cl_khr_fp64), the count and the
+ * typed operands' alignment (a cl_mem handle is a host pointer aligned to
+ * at least 8 bytes, so its check of base + offset is one of the offset).
+ * What only this backend can tell is checked here: each operand against
+ * the buffer the runtime knows (a wrapped sw_devmem may claim more than
+ * its cl_mem holds). */
 static int ocl_launch(sw__bqueue *q, const sw_kernel_args *args)
 {
     sw__bdev *dev = q->dev;
-    int idx = dev->index;
-    const char *kname = ocl__kernel_name(args->kernel);
-    const char *dname = ocl__dtype_name(args->dtype);
-    if (!kname)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "opencl:%d: unknown kernel %d in a launch", idx,
-                          (int)args->kernel);
-    if (!dname)
-        return sw__errorf(SW_ERR_DTYPE,
-                          "opencl:%d: unknown dtype %d in a launch", idx,
-                          (int)args->dtype);
-    size_t es = ocl__dtype_size(args->dtype);
-    if (args->n == 0 || args->n > SIZE_MAX / es)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "opencl:%d: kernel %s %s with n=%zu elements", idx,
-                          kname, dname, args->n);
-    if (args->dtype == SW_FLOAT64 && !dev->fp64)
-        return sw__errorf(SW_ERR_DTYPE,
-                          "opencl:%d: kernel %s float64: this device has no "
-                          "double precision (cl_khr_fp64)%s",
-                          idx, kname,
-                          ocl__env_fp64_off() ? ", turned off by "
-                                                "SPILLWAY_OPENCL_FP64=0"
-                                              : "");
+    const char *kname = sw_kernel_name(args->kernel);
+    const char *dname = sw_dtype_name(args->dtype);
+    assert((unsigned)args->dtype <= SW_INT64 &&
+           (args->dtype != SW_FLOAT64 || dev->fp64));
+    size_t es = sw_dtype_size(args->dtype);
     size_t bytes = args->n * es;
 
-    /* Operands, ranges and (for typed access) alignment. */
+    /* Operands and their ranges; FILL and COPY at offsets that are not
+     * whole elements go to the byte kernels. */
     const sw_devmem *ops[3] = {NULL, NULL, NULL};
     size_t lens[3] = {bytes, bytes, bytes};
     const char *names[3] = {"out", "a", "b"};
@@ -1596,22 +1338,15 @@ static int ocl_launch(sw__bqueue *q, const sw_kernel_args *args)
                                     lens[i]);
         if (rc != SW_OK)
             return rc;
-        /* SUM's out is stored byte by byte; FILL and COPY fall back to
-         * byte kernels. */
-        if (ops[i]->offset % es != 0 &&
-            !(args->kernel == SW_KERNEL_SUM && i == 0)) {
-            if (args->kernel == SW_KERNEL_FILL ||
-                args->kernel == SW_KERNEL_COPY) {
-                typed = 0;
-                continue;
-            }
-            return sw__errorf(SW_ERR_INVALID_ARG,
-                              "opencl:%d: kernel %s %s: operand %s at byte "
-                              "offset %zu is not aligned to its %zu-byte "
-                              "elements",
-                              idx, kname, dname, names[i], ops[i]->offset,
-                              es);
-        }
+        if (ops[i]->offset % es == 0)
+            continue;
+        /* SUM's out is stored byte by byte; every other typed operand is
+         * aligned (the core's check). */
+        assert(args->kernel == SW_KERNEL_FILL ||
+               args->kernel == SW_KERNEL_COPY ||
+               (args->kernel == SW_KERNEL_SUM && i == 0));
+        if (args->kernel != SW_KERNEL_SUM)
+            typed = 0; /* FILL or COPY: the byte kernels */
     }
 
     cl_mem o = (cl_mem)args->out.base;
@@ -1662,14 +1397,14 @@ static int ocl_launch(sw__bqueue *q, const sw_kernel_args *args)
 
 static int ocl_event_record(sw__bqueue *q, sw__bevent **out)
 {
-    sw__bevent *ev = malloc(sizeof *ev);
+    sw__bevent *ev = sw__malloc(sizeof *ev);
     if (!ev)
         return sw__errorf(SW_ERR_HOST_OOM,
                           "opencl:%d: out of host memory for an event",
                           q->dev->index);
     int rc = ocl__latest(q, &ev->ev);
     if (rc != SW_OK) {
-        free(ev);
+        sw__free(ev);
         return rc;
     }
     ev->index = q->dev->index;
@@ -1725,7 +1460,7 @@ static void ocl_event_release(sw__bevent *ev)
     if (!ev)
         return;
     clReleaseEvent(ev->ev);
-    free(ev);
+    sw__free(ev);
 }
 
 static int ocl_synchronize(sw__bqueue *q)

@@ -1,14 +1,27 @@
 /*
  * sim.c -- the simulated device: the default backend, no hardware needed.
  *
+ * The divisions of this file, in order:
+ *   - Types: commands, events, queues, devices.
+ *   - Checking commands: every operand inside a live allocation (the proof
+ *     itself is sim_arena.c's), or a report and abort().
+ *   - Kernels: the built-in kernels on the host, as the worker runs them.
+ *   - Events.
+ *   - Queues: the worker thread and its FIFO, enqueueing, queue lifetime.
+ *   - fork(): draining and re-arming the workers around a fork.
+ *   - Configuration from the environment.
+ *   - Operations (the ops table's functions): devices and memory; queues
+ *     and work; events and waiting.
+ *   - The ops table.
+ *
  * A device is one fixed-size arena of host memory (mmap'd, MAP_NORESERVE,
- * so an unused arena costs address space only) carved by a real allocator,
- * so that fragmentation, out-of-memory and device_free behave as on a GPU.
- * Device addresses are host addresses.  Each queue is a worker thread that
- * runs a FIFO of commands; all device work, transfers included, runs there,
- * so it is as asynchronous as on real hardware and ordering bugs show up.
- * (The one shortcut: a small free on a queue with nothing pending runs at
- * once, which stream order allows.)
+ * so an unused arena costs address space only) carved by a real allocator
+ * (sim_arena.c), so that fragmentation, out-of-memory and device_free
+ * behave as on a GPU.  Device addresses are host addresses.  Each queue is
+ * a worker thread that runs a FIFO of commands; all device work, transfers
+ * included, runs there, so it is as asynchronous as on real hardware and
+ * ordering bugs show up.  (The one shortcut: a small free on a queue with
+ * nothing pending runs at once, which stream order allows.)
  *
  * The sim doubles as a checker: before a command touches device memory the
  * worker proves that every byte range lies inside one live block, and
@@ -29,20 +42,20 @@
  *    only the fork handlers walk.
  */
 #include "backend.h"
+#include "sim_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define SIM__MAX_DEVICES 64
 #define SIM__DEFAULT_MEMORY (UINT64_C(1) << 30)
 #define SIM__MIN_MEMORY (UINT64_C(1) << 20)
 #define SIM__MAX_MEMORY (UINT64_C(1) << 40)
-#define SIM__POISON 0xDB
 /* Frees of blocks below SIM__LAZY_FREE_MAX are cheap: on an idle queue
  * they run at once on the caller, and queued behind other work they do not
  * wake a sleeping worker (a futex wake and a context switch cost ten times
@@ -57,36 +70,6 @@
  * Types
  * ---------------------------------------------------------------------- */
 
-typedef enum sim__block_state {
-    SIM__FREE,   /* in the free tree: may be handed out */
-    SIM__LIVE,   /* in the live tree: allocated */
-    SIM__DOOMED, /* in the live tree: allocated, its free is queued */
-    SIM__DYING,  /* in no tree: being poisoned, then back to FREE */
-} sim__block_state;
-
-/* A block covers [addr, addr + size).  Blocks tile the arena without gaps;
- * prev/next link them in address order so a free can coalesce.  A block is
- * in at most one tree at a time, so the two trees share the links. */
-typedef struct sim__block {
-    struct sim__block *prev, *next;
-    struct sim__block *left, *right;
-    uintptr_t addr;
-    size_t size;
-    uint32_t prio; /* treap heap key, fixed for the struct's life */
-    unsigned char state;
-} sim__block;
-
-typedef struct sim__arena {
-    pthread_mutex_t mu;
-    unsigned char *base;
-    size_t capacity;
-    size_t allocated;      /* bytes in LIVE, DOOMED and DYING blocks */
-    sim__block *first;     /* lowest block; never merged away */
-    sim__block *free_root; /* FREE blocks by (size, addr): best fit */
-    sim__block *live_root; /* LIVE and DOOMED blocks by addr: lookups */
-    uint32_t rng;
-} sim__arena;
-
 typedef enum sim__cmd_kind {
     SIM__CMD_WRITE,
     SIM__CMD_READ,
@@ -98,9 +81,10 @@ typedef enum sim__cmd_kind {
     SIM__CMD_WAIT,
 } sim__cmd_kind;
 
+/* Every command but a free (the block's own link) and a marker (the
+ * event's). */
 typedef struct sim__cmd {
-    struct sim__cmd *next;
-    sim__cmd_kind kind;
+    sim__link link; /* link.kind: a sim__cmd_kind */
     union {
         struct {
             uintptr_t dst;
@@ -122,18 +106,27 @@ typedef struct sim__cmd {
             unsigned char pattern[8];
         } fill;
         sw_kernel_args kernel;
-        sim__block *free;
-        sw__bevent *marker;
         sw__bevent *wait; /* an event of another queue (a reference) */
     } u;
 } sim__cmd;
+
+static sim__cmd *sim__cmd_of(sim__link *l)
+{
+    return (sim__cmd *)(void *)((char *)l - offsetof(sim__cmd, link));
+}
 
 struct sw__bevent {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int done;
     int refs; /* the holder's, plus the marker's until it has run */
+    sim__link marker; /* queued on a busy queue: completes the event */
 };
+
+static sw__bevent *sim__event_of(sim__link *l)
+{
+    return (sw__bevent *)(void *)((char *)l - offsetof(sw__bevent, marker));
+}
 
 struct sw__bqueue {
     sw__bdev *dev;
@@ -141,7 +134,7 @@ struct sw__bqueue {
     pthread_mutex_t mu;
     pthread_cond_t work_cv; /* worker: commands arrived, or stop */
     pthread_cond_t done_cv; /* waiters: completed advanced */
-    sim__cmd *head, *tail;
+    sim__link *head, *tail;
     uint64_t submitted, completed;
     int waiters;
     int lazy; /* frees queued since the worker was last signalled */
@@ -162,376 +155,12 @@ struct sw__bdev {
 };
 
 /* ------------------------------------------------------------------------
- * Treaps.  Iterative split/merge, so 10^6 blocks cost O(log n) per
- * operation with no recursion and no parent pointers.  Keys are unique:
- * addresses are, and (size, addr) pairs therefore too.
+ * Checking commands
  * ---------------------------------------------------------------------- */
-
-static int sim__before(const sim__block *x, const sim__block *y, int by_size)
-{
-    if (by_size && x->size != y->size)
-        return x->size < y->size;
-    return x->addr < y->addr;
-}
-
-/* Nodes of t before key go to *l, the others to *r. */
-static void sim__split(sim__block *t, const sim__block *key, int by_size,
-                       sim__block **l, sim__block **r)
-{
-    while (t) {
-        if (sim__before(t, key, by_size)) {
-            *l = t;
-            l = &t->right;
-            t = t->right;
-        } else {
-            *r = t;
-            r = &t->left;
-            t = t->left;
-        }
-    }
-    *l = NULL;
-    *r = NULL;
-}
-
-/* pre: every key of a is before every key of b. */
-static sim__block *sim__merge(sim__block *a, sim__block *b)
-{
-    sim__block *root = NULL, **pp = &root;
-    while (a && b) {
-        if (a->prio > b->prio) {
-            *pp = a;
-            pp = &a->right;
-            a = a->right;
-        } else {
-            *pp = b;
-            pp = &b->left;
-            b = b->left;
-        }
-    }
-    *pp = a ? a : b;
-    return root;
-}
-
-static void sim__treap_insert(sim__block **root, sim__block *x, int by_size)
-{
-    while (*root && (*root)->prio >= x->prio)
-        root = sim__before(x, *root, by_size) ? &(*root)->left
-                                               : &(*root)->right;
-    sim__split(*root, x, by_size, &x->left, &x->right);
-    *root = x;
-}
-
-/* pre: x is in the tree. */
-static void sim__treap_remove(sim__block **root, sim__block *x, int by_size)
-{
-    while (*root != x)
-        root = sim__before(x, *root, by_size) ? &(*root)->left
-                                               : &(*root)->right;
-    *root = sim__merge(x->left, x->right);
-    x->left = x->right = NULL;
-}
-
-/* The smallest free block of at least size bytes, lowest address first. */
-static sim__block *sim__best_fit(sim__block *t, size_t size)
-{
-    sim__block *best = NULL;
-    while (t) {
-        if (t->size >= size) {
-            best = t;
-            t = t->left;
-        } else {
-            t = t->right;
-        }
-    }
-    return best;
-}
-
-/* The live block with the highest address <= p. */
-static sim__block *sim__live_floor(sim__block *t, uintptr_t p)
-{
-    sim__block *best = NULL;
-    while (t) {
-        if (t->addr <= p) {
-            best = t;
-            t = t->right;
-        } else {
-            t = t->left;
-        }
-    }
-    return best;
-}
-
-/* ------------------------------------------------------------------------
- * Arena
- * ---------------------------------------------------------------------- */
-
-static uint32_t sim__random(sim__arena *ar)
-{
-    uint32_t x = ar->rng; /* xorshift32: deterministic runs */
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return ar->rng = x;
-}
-
-static int sim__arena_init(sim__arena *ar, int index, size_t capacity)
-{
-    memset(ar, 0, sizeof *ar);
-    sim__block *b = calloc(1, sizeof *b);
-    if (!b)
-        return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
-                          index);
-    void *p = mmap(NULL, capacity, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
-        int e = errno;
-        free(b);
-        return sw__errorf(SW_ERR_HOST_OOM,
-                          "sim:%d: cannot map a %zu-byte arena: %s", index,
-                          capacity, strerror(e));
-    }
-    pthread_mutex_init(&ar->mu, NULL);
-    ar->base = p;
-    ar->capacity = capacity;
-    ar->rng = 0x9E3779B9u ^ (uint32_t)index;
-    b->addr = (uintptr_t)p;
-    b->size = capacity;
-    b->state = SIM__FREE;
-    b->prio = sim__random(ar);
-    ar->first = b;
-    ar->free_root = b;
-    return SW_OK;
-}
-
-static void sim__arena_destroy(sim__arena *ar)
-{
-    sim__block *b = ar->first;
-    while (b) {
-        sim__block *next = b->next;
-        free(b);
-        b = next;
-    }
-    munmap(ar->base, ar->capacity);
-    pthread_mutex_destroy(&ar->mu);
-}
-
-static size_t sim__largest_free(const sim__arena *ar)
-{
-    const sim__block *t = ar->free_root;
-    while (t && t->right)
-        t = t->right;
-    return t ? t->size : 0;
-}
-
-/* Best fit; the block is carved from the low end of the free block chosen,
- * the remainder stays free. */
-static int sim__arena_alloc(sim__arena *ar, int index, size_t size,
-                            uintptr_t *mem)
-{
-    /* Allocated before taking the lock so that the critical section does
-     * not include malloc; given back when the fit is exact. */
-    sim__block *rest = malloc(sizeof *rest);
-    if (!rest)
-        return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
-                          index);
-    pthread_mutex_lock(&ar->mu);
-    sim__block *b = sim__best_fit(ar->free_root, size);
-    if (!b) {
-        size_t avail = ar->capacity - ar->allocated;
-        size_t largest = sim__largest_free(ar);
-        pthread_mutex_unlock(&ar->mu);
-        free(rest);
-        return sw__errorf(SW_ERR_OOM,
-                          "sim:%d: no free block of %zu bytes (free %zu of "
-                          "%zu bytes, largest free block %zu)",
-                          index, size, avail, ar->capacity, largest);
-    }
-    sim__treap_remove(&ar->free_root, b, 1);
-    if (b->size > size) {
-        rest->addr = b->addr + size;
-        rest->size = b->size - size;
-        rest->state = SIM__FREE;
-        rest->left = rest->right = NULL;
-        rest->prio = sim__random(ar);
-        rest->prev = b;
-        rest->next = b->next;
-        if (b->next)
-            b->next->prev = rest;
-        b->next = rest;
-        b->size = size;
-        sim__treap_insert(&ar->free_root, rest, 1);
-        rest = NULL;
-    }
-    b->state = SIM__LIVE;
-    sim__treap_insert(&ar->live_root, b, 0);
-    ar->allocated += size;
-    *mem = b->addr;
-    pthread_mutex_unlock(&ar->mu);
-    free(rest);
-    return SW_OK;
-}
-
-/* The link (root or child pointer) that holds the live block starting at
- * mem, or NULL: lookup and removal in one descent.  Under ar->mu. */
-static sim__block **sim__live_link(sim__arena *ar, uintptr_t mem)
-{
-    sim__block **pp = &ar->live_root;
-    while (*pp && (*pp)->addr != mem)
-        pp = mem < (*pp)->addr ? &(*pp)->left : &(*pp)->right;
-    return *pp ? pp : NULL;
-}
-
-/* Second half of a free: b has left the live tree (so from then on any
- * command touching it is caught) and is DYING.  Poison it outside the lock,
- * then return it to the free tree merged with its free neighbours. */
-static void sim__arena_release(sim__arena *ar, sim__block *b, int poison)
-{
-    /* No one else touches a DYING block: the allocator skips it and the
-     * neighbours cannot merge with it. */
-    if (poison)
-        memset((void *)b->addr, SIM__POISON, b->size);
-
-    sim__block *gone[2] = {NULL, NULL};
-    pthread_mutex_lock(&ar->mu);
-    ar->allocated -= b->size;
-    b->state = SIM__FREE;
-    sim__block *n = b->next;
-    if (n && n->state == SIM__FREE) {
-        sim__treap_remove(&ar->free_root, n, 1);
-        b->size += n->size;
-        b->next = n->next;
-        if (n->next)
-            n->next->prev = b;
-        gone[0] = n;
-    }
-    sim__block *p = b->prev;
-    if (p && p->state == SIM__FREE) {
-        sim__treap_remove(&ar->free_root, p, 1);
-        p->size += b->size;
-        p->next = b->next;
-        if (b->next)
-            b->next->prev = p;
-        gone[1] = b;
-        b = p;
-    }
-    sim__treap_insert(&ar->free_root, b, 1);
-    pthread_mutex_unlock(&ar->mu);
-    free(gone[0]);
-    free(gone[1]);
-}
-
-/* Returns a queue's reservation (never seen by any command, so not
- * poisoned).  The queue's work is done. */
-static void sim__unreserve(sim__arena *ar, uintptr_t mem)
-{
-    pthread_mutex_lock(&ar->mu);
-    sim__block **link = sim__live_link(ar, mem);
-    sim__block *b = *link;
-    *link = sim__merge(b->left, b->right);
-    b->left = b->right = NULL;
-    b->state = SIM__DYING;
-    pthread_mutex_unlock(&ar->mu);
-    sim__arena_release(ar, b, 0);
-}
-
-/* A queued free, reached by the worker. */
-static void sim__arena_retire(sim__arena *ar, sim__block *b)
-{
-    pthread_mutex_lock(&ar->mu);
-    sim__treap_remove(&ar->live_root, b, 0);
-    b->state = SIM__DYING;
-    pthread_mutex_unlock(&ar->mu);
-    sim__arena_release(ar, b, 1);
-}
-
-/* ------------------------------------------------------------------------
- * Validation: every byte range a command touches must lie inside one live
- * block.  On failure the process aborts with a report of what is there.
- * ---------------------------------------------------------------------- */
-
-typedef struct sim__range {
-    const char *name;
-    uintptr_t p;
-    size_t len;
-} sim__range;
-
-static int sim__range_ok(const sim__arena *ar, const sim__range *r)
-{
-    const sim__block *b = sim__live_floor(ar->live_root, r->p);
-    return b && r->len <= b->size && r->p - b->addr <= b->size - r->len;
-}
-
-/* What lies at r->p, for the report.  Under ar->mu.  The walk along the
- * address list is linear, but runs once, on the way to abort(). */
-static void sim__describe(const sim__arena *ar, const sim__range *r,
-                          char *buf, size_t len)
-{
-    uintptr_t lo = (uintptr_t)ar->base, hi = lo + ar->capacity;
-    if (r->p < lo || r->p >= hi) {
-        snprintf(buf, len,
-                 "it is outside this device's arena [0x%" PRIxPTR "+%zu)",
-                 lo, ar->capacity);
-        return;
-    }
-    const sim__block *live = sim__live_floor(ar->live_root, r->p);
-    if (live && r->p - live->addr < live->size) {
-        snprintf(buf, len,
-                 "it starts inside live block [0x%" PRIxPTR "+%zu) but runs "
-                 "%zu bytes past its end",
-                 live->addr, live->size,
-                 (size_t)(r->p - live->addr) + r->len - live->size);
-        return;
-    }
-    const sim__block *b = live ? live->next : ar->first;
-    while (b && r->p - b->addr >= b->size)
-        b = b->next;
-    if (!b) { /* cannot happen: blocks tile the arena */
-        snprintf(buf, len, "no block covers it");
-        return;
-    }
-    int n = snprintf(buf, len, "nearest block: [0x%" PRIxPTR "+%zu) %s",
-                     b->addr, b->size,
-                     b->state == SIM__DYING
-                         ? "being freed"
-                         : "freed (free memory: freed, or never allocated)");
-    if (live && n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n,
-                 "; nearest live block below: [0x%" PRIxPTR "+%zu)",
-                 live->addr, live->size);
-}
-
-static const char *sim__kernel_name(sw_kernel k)
-{
-    switch (k) {
-    case SW_KERNEL_FILL: return "FILL";
-    case SW_KERNEL_COPY: return "COPY";
-    case SW_KERNEL_ADD: return "ADD";
-    case SW_KERNEL_SCALE: return "SCALE";
-    case SW_KERNEL_AXPY: return "AXPY";
-    case SW_KERNEL_SUM: return "SUM";
-    }
-    return NULL;
-}
-
-static const char *sim__dtype_name(sw_dtype d)
-{
-    switch (d) {
-    case SW_FLOAT32: return "float32";
-    case SW_FLOAT64: return "float64";
-    case SW_INT32: return "int32";
-    case SW_INT64: return "int64";
-    }
-    return NULL;
-}
-
-static size_t sim__dtype_size(sw_dtype d)
-{
-    return d == SW_FLOAT64 || d == SW_INT64 ? 8 : 4;
-}
 
 static void sim__cmd_describe(const sim__cmd *c, char *buf, size_t len)
 {
-    switch (c->kind) {
+    switch ((sim__cmd_kind)c->link.kind) {
     case SIM__CMD_WRITE:
         snprintf(buf, len, "write of %zu bytes from host %p", c->u.write.n,
                  c->u.write.src);
@@ -549,8 +178,8 @@ static void sim__cmd_describe(const sim__cmd *c, char *buf, size_t len)
         break;
     case SIM__CMD_KERNEL:
         snprintf(buf, len, "kernel %s %s n=%zu",
-                 sim__kernel_name(c->u.kernel.kernel),
-                 sim__dtype_name(c->u.kernel.dtype), c->u.kernel.n);
+                 sw_kernel_name(c->u.kernel.kernel),
+                 sw_dtype_name(c->u.kernel.dtype), c->u.kernel.n);
         break;
     default:
         snprintf(buf, len, "command");
@@ -558,27 +187,24 @@ static void sim__cmd_describe(const sim__cmd *c, char *buf, size_t len)
     }
 }
 
-/* One lock acquisition checks all operands of a command. */
+/* Every operand of a command inside a live allocation, or a report and
+ * abort(): what the command, operand and range were and what is there. */
 static void sim__check(sw__bqueue *q, const sim__cmd *c, const sim__range *r,
                        int count)
 {
-    sim__arena *ar = &q->dev->arena;
-    pthread_mutex_lock(&ar->mu);
-    for (int i = 0; i < count; i++) {
-        if (sim__range_ok(ar, &r[i]))
-            continue;
-        char what[160], there[320];
-        sim__cmd_describe(c, what, sizeof what);
-        sim__describe(ar, &r[i], there, sizeof there);
-        pthread_mutex_unlock(&ar->mu);
-        fprintf(stderr,
-                "spillway sim:%d: FATAL: %s: operand %s [0x%" PRIxPTR
-                "+%zu) is not inside a live allocation (%s)\n",
-                q->dev->index, what, r[i].name, r[i].p, r[i].len, there);
-        fflush(stderr);
-        abort();
-    }
-    pthread_mutex_unlock(&ar->mu);
+    char there[320];
+    int i = sw__sim_arena_check(&q->dev->arena, r, count, there,
+                                sizeof there);
+    if (i < 0)
+        return;
+    char what[160];
+    sim__cmd_describe(c, what, sizeof what);
+    fprintf(stderr,
+            "spillway sim:%d: FATAL: %s: operand %s [0x%" PRIxPTR
+            "+%zu) is not inside a live allocation (%s)\n",
+            q->dev->index, what, r[i].name, r[i].p, r[i].len, there);
+    fflush(stderr);
+    abort();
 }
 
 /* ------------------------------------------------------------------------
@@ -676,6 +302,8 @@ static void sim__scalar_bytes(sw_dtype d, sw_scalar v, unsigned char *out)
     case SW_INT64:
         memcpy(out, &v.i, 8);
         break;
+    default: /* never launched: props.dtypes has the four above only */
+        break;
     }
 }
 
@@ -715,6 +343,8 @@ static void sim__sum(sw_dtype d, const void *a, size_t n, void *out)
         memcpy(out, &s, 8);
         break;
     }
+    default: /* never launched (props.dtypes) */
+        break;
     }
 }
 
@@ -726,7 +356,7 @@ static int sim__overlaps(uintptr_t x, uintptr_t y, size_t len)
 static void sim__run_kernel(sw__bqueue *q, const sim__cmd *c)
 {
     const sw_kernel_args *k = &c->u.kernel;
-    size_t bytes = k->n * sim__dtype_size(k->dtype);
+    size_t bytes = k->n * sw_dtype_size(k->dtype);
     uintptr_t out = k->out.base + k->out.offset;
     uintptr_t a = k->a.base + k->a.offset;
     uintptr_t b = k->b.base + k->b.offset;
@@ -753,7 +383,7 @@ static void sim__run_kernel(sw__bqueue *q, const sim__cmd *c)
     case SW_KERNEL_FILL: {
         unsigned char pat[8];
         sim__scalar_bytes(k->dtype, k->alpha, pat);
-        sim__fill_bytes(po, bytes, pat, sim__dtype_size(k->dtype));
+        sim__fill_bytes(po, bytes, pat, sw_dtype_size(k->dtype));
         return;
     }
     case SW_KERNEL_COPY:
@@ -784,6 +414,8 @@ static void sim__run_kernel(sw__bqueue *q, const sim__cmd *c)
         (alias ? sim__ew_u64_alias : sim__ew_u64)(
             k->kernel, po, pa, pb, (uint64_t)k->alpha.i, k->n);
         break;
+    default: /* never launched (props.dtypes) */
+        break;
     }
 }
 
@@ -799,7 +431,7 @@ static void sim__event_unref(sw__bevent *ev)
     if (last) {
         pthread_cond_destroy(&ev->cv);
         pthread_mutex_destroy(&ev->mu);
-        free(ev);
+        sw__free(ev);
     }
 }
 
@@ -816,9 +448,18 @@ static void sim__event_complete(sw__bevent *ev)
  * Queues: one worker thread each, running a FIFO of commands.
  * ---------------------------------------------------------------------- */
 
-static void sim__execute(sw__bqueue *q, sim__cmd *c)
+static void sim__execute(sw__bqueue *q, sim__link *l)
 {
-    switch (c->kind) {
+    if (l->kind == SIM__CMD_FREE) {
+        sw__sim_arena_retire(&q->dev->arena, sw__sim_link_block(l));
+        return;
+    }
+    if (l->kind == SIM__CMD_MARKER) {
+        sim__event_complete(sim__event_of(l));
+        return;
+    }
+    sim__cmd *c = sim__cmd_of(l);
+    switch ((sim__cmd_kind)l->kind) {
     case SIM__CMD_WRITE: {
         sim__range r = {"dst", c->u.write.dst, c->u.write.n};
         sim__check(q, c, &r, 1);
@@ -849,11 +490,9 @@ static void sim__execute(sw__bqueue *q, sim__cmd *c)
     case SIM__CMD_KERNEL:
         sim__run_kernel(q, c);
         break;
-    case SIM__CMD_FREE:
-        sim__arena_retire(&q->dev->arena, c->u.free);
+    case SIM__CMD_FREE: /* above */
         break;
-    case SIM__CMD_MARKER:
-        sim__event_complete(c->u.marker);
+    case SIM__CMD_MARKER: /* above */
         break;
     case SIM__CMD_WAIT: {
         /* Another queue's event: this queue stalls until it completes,
@@ -878,7 +517,7 @@ static void *sim__worker(void *arg)
     for (;;) {
         while (!q->head && !q->stop)
             pthread_cond_wait(&q->work_cv, &q->mu);
-        sim__cmd *batch = q->head;
+        sim__link *batch = q->head;
         if (!batch)
             break; /* stopped, and everything ran */
         q->head = q->tail = NULL;
@@ -886,10 +525,28 @@ static void *sim__worker(void *arg)
         pthread_mutex_unlock(&q->mu);
         uint64_t ran = 0;
         while (batch) {
-            sim__cmd *c = batch;
-            batch = c->next;
-            sim__execute(q, c);
-            free(c);
+            sim__link *l = batch;
+            batch = l->next;
+            if (l->kind == SIM__CMD_MARKER) {
+                /* The work before an event counts as completed before the
+                 * event does, so that whoever waited for it finds the queue
+                 * idle (and, say, frees at once) when nothing followed.
+                 * The link is the event's: not touched once it completes. */
+                pthread_mutex_lock(&q->mu);
+                q->completed += ran + 1;
+                if (q->waiters)
+                    pthread_cond_broadcast(&q->done_cv);
+                pthread_mutex_unlock(&q->mu);
+                ran = 0;
+                sim__execute(q, l);
+                continue;
+            }
+            /* Read first: a free's link is its block's, which the free
+             * may merge away. */
+            int own = l->kind == SIM__CMD_FREE;
+            sim__execute(q, l);
+            if (!own)
+                sw__free(sim__cmd_of(l));
             ran++;
         }
         pthread_mutex_lock(&q->mu);
@@ -904,7 +561,7 @@ static void *sim__worker(void *arg)
 /* pre: q->mu held. */
 static int sim__spawn_worker(sw__bqueue *q)
 {
-    int e = pthread_create(&q->worker, NULL, sim__worker, q);
+    int e = sw__thread_create(&q->worker, sim__worker, q);
     if (e != 0)
         return e;
     char name[16];
@@ -914,9 +571,10 @@ static int sim__spawn_worker(sw__bqueue *q)
     return 0;
 }
 
-static int sim__enqueue(sw__bqueue *q, sim__cmd *c, int lazy)
+/* Append l to q's FIFO; never frees it. */
+static int sim__push(sw__bqueue *q, sim__link *l, int lazy)
 {
-    c->next = NULL;
+    l->next = NULL;
     pthread_mutex_lock(&q->mu);
     /* Workers start when work first arrives: a queue that is never used
      * costs no thread, and a forked child, which has no workers, gets them
@@ -925,17 +583,16 @@ static int sim__enqueue(sw__bqueue *q, sim__cmd *c, int lazy)
         int e = sim__spawn_worker(q);
         if (e != 0) {
             pthread_mutex_unlock(&q->mu);
-            free(c);
             return sw__errorf(SW_ERR_HOST_OOM,
                               "sim:%d: cannot start a queue worker: %s",
                               q->dev->index, strerror(e));
         }
     }
     if (q->tail)
-        q->tail->next = c;
+        q->tail->next = l;
     else
-        q->head = c;
-    q->tail = c;
+        q->head = l;
+    q->tail = l;
     q->submitted++;
     if (!lazy || ++q->lazy >= SIM__LAZY_FREES) {
         q->lazy = 0;
@@ -945,15 +602,25 @@ static int sim__enqueue(sw__bqueue *q, sim__cmd *c, int lazy)
     return SW_OK;
 }
 
+/* A command's enqueue: c is the queue's (freed by the worker), or freed
+ * here when it cannot be queued. */
+static int sim__enqueue(sw__bqueue *q, sim__cmd *c, int lazy)
+{
+    int rc = sim__push(q, &c->link, lazy);
+    if (rc != SW_OK)
+        sw__free(c);
+    return rc;
+}
+
 static sim__cmd *sim__cmd_new(sw__bqueue *q, sim__cmd_kind kind)
 {
-    sim__cmd *c = malloc(sizeof *c);
+    sim__cmd *c = sw__malloc(sizeof *c);
     if (!c) {
         sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory for a command",
                    q->dev->index);
         return NULL;
     }
-    c->kind = kind;
+    c->link.kind = kind;
     return c;
 }
 
@@ -962,7 +629,7 @@ static sw__bdev *sim__devices;
 
 static int sim__queue_new(sw__bdev *dev, sw__bqueue **out)
 {
-    sw__bqueue *q = calloc(1, sizeof *q);
+    sw__bqueue *q = sw__calloc(1, sizeof *q);
     if (!q)
         return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
                           dev->index);
@@ -1000,7 +667,7 @@ static void sim__queue_free(sw__bqueue *q)
     pthread_cond_destroy(&q->done_cv);
     pthread_cond_destroy(&q->work_cv);
     pthread_mutex_destroy(&q->mu);
-    free(q);
+    sw__free(q);
 }
 
 /* ------------------------------------------------------------------------
@@ -1106,18 +773,6 @@ static int sim__config(uint64_t *capacity, int *ndev)
     return SW_OK;
 }
 
-static void sim__human_size(uint64_t n, char *buf, size_t len)
-{
-    static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB"};
-    double v = (double)n / 1024.0;
-    int u = 0;
-    while (v >= 1024.0 && u < 3) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, len, "%.2f %s", v, unit[u]);
-}
-
 /* ------------------------------------------------------------------------
  * Operations: devices and memory
  * ---------------------------------------------------------------------- */
@@ -1152,14 +807,14 @@ static int sim_open(int index, sw__bdev **out, sw__device_props *props)
                           index, n);
     pthread_once(&sim__atfork_once, sim__atfork_register);
 
-    sw__bdev *dev = calloc(1, sizeof *dev);
+    sw__bdev *dev = sw__calloc(1, sizeof *dev);
     if (!dev)
         return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
                           index);
     dev->index = index;
-    rc = sim__arena_init(&dev->arena, index, (size_t)cap);
+    rc = sw__sim_arena_init(&dev->arena, index, (size_t)cap);
     if (rc != SW_OK) {
-        free(dev);
+        sw__free(dev);
         return rc;
     }
     pthread_mutex_lock(&sim__registry_mu);
@@ -1174,13 +829,13 @@ static int sim_open(int index, sw__bdev **out, sw__device_props *props)
             pp = &(*pp)->next;
         *pp = dev->next;
         pthread_mutex_unlock(&sim__registry_mu);
-        sim__arena_destroy(&dev->arena);
-        free(dev);
+        sw__sim_arena_destroy(&dev->arena);
+        sw__free(dev);
         return rc;
     }
 
     char size[32];
-    sim__human_size(cap, size, sizeof size);
+    sw_format_bytes(cap, size, sizeof size);
     memset(props, 0, sizeof *props);
     snprintf(props->description, sizeof props->description,
              "simulated device, %s arena", size);
@@ -1209,85 +864,53 @@ static void sim_close(sw__bdev *dev)
         pp = &(*pp)->next;
     *pp = dev->next;
     pthread_mutex_unlock(&sim__registry_mu);
-    sim__arena_destroy(&dev->arena);
-    free(dev);
+    sw__sim_arena_destroy(&dev->arena);
+    sw__free(dev);
 }
 
 static int sim_alloc(sw__bdev *dev, size_t size, uintptr_t *mem)
 {
-    if (size == 0 || size % SW_ALLOC_GRANULARITY != 0)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "sim:%d: allocation of %zu bytes: not a positive "
-                          "multiple of %u",
-                          dev->index, size, SW_ALLOC_GRANULARITY);
-    return sim__arena_alloc(&dev->arena, dev->index, size, mem);
+    return sw__sim_arena_alloc(&dev->arena, size, mem);
 }
 
 /* The block is checked now, so a double free or a wrong size is an error
  * at the call rather than a corrupt arena later.  When q has nothing
  * pending, stream order already holds and a small block is released at
  * once on this thread: the common alloc/free churn then never involves the
- * worker (handing a block to it costs more than releasing it). */
+ * worker (handing a block to it costs more than releasing it).  Otherwise
+ * the block goes to the worker, which releases it once the queue's earlier
+ * work has run. */
 static int sim_free(sw__bdev *dev, sw__bqueue *q, uintptr_t mem, size_t size)
 {
     if (!q)
         q = dev->default_q;
-    int now = 0;
-    if (size < SIM__LAZY_FREE_MAX) {
-        /* Only the caller enqueues (under the core's lock), so an idle
-         * queue stays idle until we return. */
-        pthread_mutex_lock(&q->mu);
-        now = !q->head && q->completed == q->submitted;
-        pthread_mutex_unlock(&q->mu);
-    }
-    sim__cmd *c = NULL;
-    if (!now && !(c = sim__cmd_new(q, SIM__CMD_FREE)))
-        return SW_ERR_HOST_OOM;
-
-    sim__arena *ar = &dev->arena;
-    pthread_mutex_lock(&ar->mu);
-    sim__block **link = sim__live_link(ar, mem);
-    sim__block *b = link ? *link : NULL;
-    if (!b || b->size != size || b->state != SIM__LIVE) {
-        const char *why = !b                     ? "is not a live allocation"
-                          : b->state != SIM__LIVE ? "is already being freed"
-                                                  : "has another size";
-        size_t real = b ? b->size : 0;
-        pthread_mutex_unlock(&ar->mu);
-        free(c);
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "sim:%d: free of [0x%" PRIxPTR "+%zu): the block %s"
-                          " (allocated size %zu)",
-                          dev->index, mem, size, why, real);
-    }
-    if (now) {
-        *link = sim__merge(b->left, b->right);
-        b->left = b->right = NULL;
-        b->state = SIM__DYING;
-        pthread_mutex_unlock(&ar->mu);
-        sim__arena_release(ar, b, 1);
-        return SW_OK;
-    }
-    b->state = SIM__DOOMED;
-    pthread_mutex_unlock(&ar->mu);
-    c->u.free = b;
-    int rc = sim__enqueue(q, c, size < SIM__LAZY_FREE_MAX);
-    if (rc != SW_OK) {
-        pthread_mutex_lock(&ar->mu);
-        b->state = SIM__LIVE;
-        pthread_mutex_unlock(&ar->mu);
-    }
+    /* Only the caller enqueues (under the core's lock), so an idle queue
+     * stays idle until we return.  A queue without a worker (never used,
+     * or in a forked child) is idle, and a block of any size is released
+     * on it at once: starting a worker for a free could fail. */
+    pthread_mutex_lock(&q->mu);
+    int now = !q->head && q->completed == q->submitted &&
+              (size < SIM__LAZY_FREE_MAX || !q->worker_running);
+    pthread_mutex_unlock(&q->mu);
+    sim__block *b = NULL;
+    int rc = sw__sim_arena_free(&dev->arena, mem, size, now, &b);
+    if (rc != SW_OK || now)
+        return rc;
+    /* Queued through the block's own link: no host memory, so the free
+     * cannot fail for want of it. */
+    sim__link *l = sw__sim_block_link(b);
+    l->kind = SIM__CMD_FREE;
+    rc = sim__push(q, l, size < SIM__LAZY_FREE_MAX);
+    if (rc != SW_OK)
+        sw__sim_arena_undoom(&dev->arena, b);
     return rc;
 }
 
 static int sim_mem_info(sw__bdev *dev, uint64_t *free_bytes, uint64_t *total,
                         int *free_known)
 {
-    sim__arena *ar = &dev->arena;
-    pthread_mutex_lock(&ar->mu);
-    *free_bytes = ar->capacity - ar->allocated;
-    pthread_mutex_unlock(&ar->mu);
-    *total = ar->capacity;
+    *free_bytes = sw__sim_arena_free_bytes(&dev->arena);
+    *total = dev->arena.capacity;
     *free_known = 1;
     return SW_OK;
 }
@@ -1305,13 +928,13 @@ static sw__bqueue *sim_default_queue(sw__bdev *dev) { return dev->default_q; }
 static int sim_queue_create(sw__bdev *dev, sw__bqueue **out)
 {
     uintptr_t reserve = 0;
-    int rc = sim__arena_alloc(&dev->arena, dev->index, SW_SIM_QUEUE_RESERVE,
-                              &reserve);
+    int rc = sw__sim_arena_alloc(&dev->arena, SW_SIM_QUEUE_RESERVE,
+                                 &reserve);
     if (rc != SW_OK)
         return rc;
     rc = sim__queue_new(dev, out);
     if (rc != SW_OK) {
-        sim__unreserve(&dev->arena, reserve);
+        sw__sim_arena_unreserve(&dev->arena, reserve);
         return rc;
     }
     (*out)->reserve = reserve;
@@ -1327,7 +950,7 @@ static void sim_queue_destroy(sw__bqueue *q)
     uintptr_t reserve = q->reserve;
     sim__queue_free(q);
     if (reserve)
-        sim__unreserve(&dev->arena, reserve);
+        sw__sim_arena_unreserve(&dev->arena, reserve);
 }
 
 /* q waits for ev: nothing to do if it is complete already. */
@@ -1354,9 +977,6 @@ static int sim_wait_event(sw__bqueue *q, sw__bevent *ev)
 static int sim_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
                      const void *src, size_t n)
 {
-    if (n == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "sim:%d: write of 0 bytes",
-                          q->dev->index);
     sim__cmd *c = sim__cmd_new(q, SIM__CMD_WRITE);
     if (!c)
         return SW_ERR_HOST_OOM;
@@ -1369,9 +989,6 @@ static int sim_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
 static int sim_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
                     size_t n)
 {
-    if (n == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "sim:%d: read of 0 bytes",
-                          q->dev->index);
     sim__cmd *c = sim__cmd_new(q, SIM__CMD_READ);
     if (!c)
         return SW_ERR_HOST_OOM;
@@ -1384,9 +1001,6 @@ static int sim_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
 static int sim_copy(sw__bqueue *q, uintptr_t dst, size_t dst_off,
                     uintptr_t src, size_t src_off, size_t n)
 {
-    if (n == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "sim:%d: copy of 0 bytes",
-                          q->dev->index);
     sim__cmd *c = sim__cmd_new(q, SIM__CMD_COPY);
     if (!c)
         return SW_ERR_HOST_OOM;
@@ -1399,14 +1013,6 @@ static int sim_copy(sw__bqueue *q, uintptr_t dst, size_t dst_off,
 static int sim_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
                     const void *pattern, size_t pattern_size)
 {
-    if ((pattern_size != 1 && pattern_size != 2 && pattern_size != 4 &&
-         pattern_size != 8) ||
-        n == 0 || n % pattern_size != 0)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "sim:%d: fill of %zu bytes with a %zu-byte "
-                          "pattern: the pattern must be 1, 2, 4 or 8 bytes "
-                          "and divide a nonzero length",
-                          q->dev->index, n, pattern_size);
     sim__cmd *c = sim__cmd_new(q, SIM__CMD_FILL);
     if (!c)
         return SW_ERR_HOST_OOM;
@@ -1417,47 +1023,11 @@ static int sim_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
     return sim__enqueue(q, c, 0);
 }
 
+/* The core has checked the kernel, the dtype (one of props.dtypes: 0,
+ * the four of version 1), the count and the operands' alignment; the
+ * ranges are proven live when the kernel runs. */
 static int sim_launch(sw__bqueue *q, const sw_kernel_args *args)
 {
-    int idx = q->dev->index;
-    const char *kname = sim__kernel_name(args->kernel);
-    const char *dname = sim__dtype_name(args->dtype);
-    if (!kname || !dname)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "sim:%d: unknown %s %d in a kernel launch", idx,
-                          kname ? "dtype" : "kernel",
-                          kname ? (int)args->dtype : (int)args->kernel);
-    size_t es = sim__dtype_size(args->dtype);
-    if (args->n == 0 || args->n > SIZE_MAX / es)
-        return sw__errorf(SW_ERR_INVALID_ARG,
-                          "sim:%d: kernel %s %s with n=%zu elements", idx,
-                          kname, dname, args->n);
-    /* Typed loops need aligned elements, as a GPU does; FILL and COPY work
-     * on bytes and SUM stores its result with memcpy. */
-    const sw_devmem *need[3] = {NULL, NULL, NULL};
-    const char *names[3] = {"out", "a", "b"};
-    switch (args->kernel) {
-    case SW_KERNEL_ADD:
-        need[2] = &args->b;
-        /* fall through */
-    case SW_KERNEL_SCALE:
-    case SW_KERNEL_AXPY:
-        need[0] = &args->out;
-        /* fall through */
-    case SW_KERNEL_SUM:
-        need[1] = &args->a;
-        break;
-    default:
-        break;
-    }
-    for (int i = 0; i < 3; i++) {
-        if (need[i] && (need[i]->base + need[i]->offset) % es != 0)
-            return sw__errorf(SW_ERR_INVALID_ARG,
-                              "sim:%d: kernel %s %s: operand %s at 0x%" PRIxPTR
-                              " is not aligned to its %zu-byte elements",
-                              idx, kname, dname, names[i],
-                              need[i]->base + need[i]->offset, es);
-    }
     sim__cmd *c = sim__cmd_new(q, SIM__CMD_KERNEL);
     if (!c)
         return SW_ERR_HOST_OOM;
@@ -1471,9 +1041,11 @@ static int sim_launch(sw__bqueue *q, const sw_kernel_args *args)
  * ever report SW_OK.
  * ---------------------------------------------------------------------- */
 
+static int sim_synchronize(sw__bqueue *q);
+
 static int sim_event_record(sw__bqueue *q, sw__bevent **out)
 {
-    sw__bevent *ev = malloc(sizeof *ev);
+    sw__bevent *ev = sw__malloc(sizeof *ev);
     if (!ev)
         return sw__errorf(SW_ERR_HOST_OOM,
                           "sim:%d: out of host memory for an event",
@@ -1482,23 +1054,20 @@ static int sim_event_record(sw__bqueue *q, sw__bevent **out)
     pthread_cond_init(&ev->cv, NULL);
 
     /* An idle queue needs no marker: the event is complete already (and
-     * stays so: only our caller enqueues). */
+     * stays so: only our caller enqueues).  A busy one has a worker, so
+     * the marker (the event's own link) is queued without fail. */
     pthread_mutex_lock(&q->mu);
     int idle = !q->head && q->completed == q->submitted;
     pthread_mutex_unlock(&q->mu);
     ev->done = idle;
     ev->refs = idle ? 1 : 2;
     if (!idle) {
-        sim__cmd *c = sim__cmd_new(q, SIM__CMD_MARKER);
-        int rc = c ? SW_OK : SW_ERR_HOST_OOM;
-        if (c) {
-            c->u.marker = ev;
-            rc = sim__enqueue(q, c, 0);
-        }
+        ev->marker.kind = SIM__CMD_MARKER;
+        int rc = sim__push(q, &ev->marker, 0);
         if (rc != SW_OK) {
             pthread_cond_destroy(&ev->cv);
             pthread_mutex_destroy(&ev->mu);
-            free(ev);
+            sw__free(ev);
             return rc;
         }
     }

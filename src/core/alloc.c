@@ -11,9 +11,24 @@
  * Out-of-memory reports
  * ---------------------------------------------------------------------- */
 
-static const char *state_name(sw_buffer_state s)
+/* A buffer's state as the report gives it: whether it could move, and if
+ * not, why. */
+static const char *state_desc(const sw__buf *b, char *buf, size_t len)
 {
-    return s == SW_SPILLED ? "SPILLED" : "RESIDENT";
+    if (b->external)
+        return "external (never moves)";
+    if (b->state == SW_SPILLED)
+        return "SPILLED";
+    if (b->pins > 0)
+        return "RESIDENT, pinned by a launch or transfer";
+    if (b->exposed > 0) {
+        snprintf(buf, len, "RESIDENT, exported (%u lease%s)", b->exposed,
+                 b->exposed == 1 ? "" : "s");
+        return buf;
+    }
+    if (b->moving)
+        return "RESIDENT, being moved";
+    return "RESIDENT";
 }
 
 /* Writes the full report into the thread's message; reason says why this
@@ -57,11 +72,14 @@ static int oom_report_locked(sw_device *dev, size_t size, size_t rounded,
         return rc;
     }
     sw__error_append(" Largest live buffers (of %zu):", dev->live_count);
+    char sd[48];
     for (int i = 0; i < TOP && top[i]; i++)
         sw__error_append("%s %s '%s' %s", i ? "," : "",
-                         sw_format_bytes(top[i]->alloc_size, b1, sizeof b1),
+                         sw_format_bytes(top[i]->alloc_size ? top[i]->alloc_size
+                                                          : top[i]->size,
+                                         b1, sizeof b1),
                          top[i]->tag[0] ? top[i]->tag : "(untagged)",
-                         state_name(top[i]->state));
+                         state_desc(top[i], sd, sizeof sd));
     sw__error_append(".");
     return rc;
 }
@@ -173,3 +191,20 @@ int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
     }
 }
 
+
+void sw__enforce_budget_locked(sw_device *dev)
+{
+    sw__assert_locked(dev);
+    if (dev->budget == 0)
+        return;
+    fit_budget_locked(dev, 0);
+    while (dev->in_use + dev->cached > dev->budget && dev->heap_bytes > 0) {
+        uint64_t got = 0;
+        uint64_t over = dev->in_use + dev->cached - dev->budget;
+        /* A failed spill leaves its buffers resident and intact; the
+         * budget still stands and the next allocation enforces it. */
+        if (sw__spill_locked(dev, over, &got) != SW_OK || got == 0)
+            break;
+        fit_budget_locked(dev, 0); /* the spilled memory went to the cache */
+    }
+}

@@ -203,24 +203,36 @@ static int copy_fault(sw_device *dev, const char *what)
                       what);
 }
 
-int sw__b_write(sw_device *dev, uintptr_t dst, size_t off, const void *src,
-                size_t n)
+int sw__b_write_q(sw_device *dev, sw__bqueue *q, uintptr_t dst, size_t off,
+                  const void *src, size_t n)
 {
     sw__assert_locked(dev);
     assert(dst != 0 && n > 0);
     if (fault_hits(dev, SW_FAULT_COPY))
         return copy_fault(dev, "host-to-device copy");
-    return dev->ops->write(dev->q, dst, off, src, n);
+    return dev->ops->write(q, dst, off, src, n);
 }
 
-int sw__b_read(sw_device *dev, void *dst, uintptr_t src, size_t off,
-               size_t n)
+int sw__b_write(sw_device *dev, uintptr_t dst, size_t off, const void *src,
+                size_t n)
+{
+    return sw__b_write_q(dev, dev->q, dst, off, src, n);
+}
+
+int sw__b_read_q(sw_device *dev, sw__bqueue *q, void *dst, uintptr_t src,
+                 size_t off, size_t n)
 {
     sw__assert_locked(dev);
     assert(src != 0 && n > 0);
     if (fault_hits(dev, SW_FAULT_COPY))
         return copy_fault(dev, "device-to-host copy");
-    return dev->ops->read(dev->q, dst, src, off, n);
+    return dev->ops->read(q, dst, src, off, n);
+}
+
+int sw__b_read(sw_device *dev, void *dst, uintptr_t src, size_t off,
+               size_t n)
+{
+    return sw__b_read_q(dev, dev->q, dst, src, off, n);
 }
 
 int sw__b_copy_q(sw_device *dev, sw__bqueue *q, uintptr_t dst, size_t doff,
@@ -294,6 +306,48 @@ int sw__b_synchronize(const sw__backend_ops *ops, sw__bqueue *q)
 {
     sw__assert_unlocked();
     return ops->synchronize(q);
+}
+
+int sw__b_wait_event(sw_device *dev, sw__bqueue *q, sw__bevent *ev)
+{
+    sw__assert_locked(dev);
+    return dev->ops->wait_event(q, ev); /* device-side: never blocks */
+}
+
+/* Version 3 */
+
+sw__bqueue *sw__b_copy_queue(sw_device *dev)
+{
+    sw__assert_locked(dev);
+    if (dev->ops->version < 3 || dev->ops->copy_queue == NULL)
+        return NULL;
+    return dev->ops->copy_queue(dev->b);
+}
+
+int sw__b_queue_idle(sw_device *dev, sw__bqueue *q)
+{
+    sw__assert_locked(dev);
+    if (dev->ops->version < 3 || dev->ops->queue_idle == NULL)
+        return 0;
+    return dev->ops->queue_idle(q);
+}
+
+int sw__b_host_alloc(sw_device *dev, size_t size, void **out)
+{
+    sw__assert_locked(dev);
+    *out = NULL;
+    if (dev->ops->version < 3 || dev->ops->host_alloc == NULL)
+        return SW_ERR_UNSUPPORTED;
+    /* Page-locked memory is host memory too: the same fault fails it. */
+    if (sw__host_fault())
+        return SW_ERR_HOST_OOM;
+    return dev->ops->host_alloc(dev->b, size, out);
+}
+
+void sw__b_host_free(sw_device *dev, void *p, size_t size)
+{
+    sw__assert_locked(dev);
+    dev->ops->host_free(dev->b, p, size);
 }
 
 int sw__b_queue_wait(sw_device *dev, sw__bqueue *q, sw__bqueue *on)

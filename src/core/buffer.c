@@ -112,8 +112,11 @@ static void live_unlink_locked(sw_device *dev, sw__buf *b)
     dev->live_count--;
 }
 
+static _Atomic uint64_t next_id = 1;
+
 void sw__buf_init_base(sw__buf *b, size_t size, const char *tag)
 {
+    b->id = atomic_fetch_add_explicit(&next_id, 1, memory_order_relaxed);
     b->base = b;
     b->offset = 0;
     b->size = size;
@@ -169,6 +172,8 @@ SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
         rc = sw__obtain_locked(dev, size, rounded, tag, &mem);
         if (rc != SW_OK) {
             dev->ooms++;
+            if (rc == SW_ERR_OOM && dev->tracing)
+                sw__trace_oom(dev, size, tag, sw_last_error());
             sw__unlock(dev);
             sw__pool_put(&sw__buf_pool, b);
             return rc;
@@ -184,27 +189,47 @@ SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
         sw__lru_insert_locked(dev, b);
     dev->allocs++;
     sw__note_in_use_locked(dev, rounded);
+    SW__TRACE(dev, SW_TRACE_ALLOC, b, rounded, 0, 0);
     *out = sw__buf_handle(b);
     sw__unlock(dev);
     return SW_OK;
 }
 
+void sw__buf_slot_free_locked(sw_device *dev, sw__buf *base)
+{
+    sw__assert_locked(dev);
+    if (base->host != NULL) {
+        sw__host_put_locked(dev, base->host, base->host_size,
+                            base->host_pinned);
+        base->host = NULL;
+    }
+    sw__pool_put(&sw__buf_pool, base);
+}
+
 /* The last step of a release: accounting, then the memory to the cache
- * (resident) or the host copy dropped (spilled), then the slot. */
+ * (resident; in stream order, so a copy still reading it comes first) or
+ * the host copy dropped (spilled), then the slot -- unless a copy to or
+ * from its host block is in flight: then the base stays, released, until
+ * that copy ends (spill.c). */
 static void release_base_locked(sw_device *dev, sw__buf *base)
 {
     if (base->state == SW_SPILLED) {
-        sw__host_put_locked(dev, base->host, base->size);
-        base->host = NULL;
         dev->spilled -= base->alloc_size;
+        SW__TRACE(dev, SW_TRACE_FREE, base, base->alloc_size, 0, 1);
     } else {
         dev->in_use -= base->alloc_size;
+        SW__TRACE(dev, SW_TRACE_FREE, base, base->alloc_size, 0, 0);
         if (base->mem != 0 && !base->external)
             sw__cache_put_locked(dev, base->mem, base->alloc_size);
+        base->mem = 0;
     }
     if (!base->external)
         dev->frees++;
-    sw__pool_put(&sw__buf_pool, base);
+    if (base->xfer != NULL) {
+        base->released = true;
+        return;
+    }
+    sw__buf_slot_free_locked(dev, base);
 }
 
 /* Releases a base once nothing refers to it: no user reference, view,
@@ -424,6 +449,10 @@ SW_API int sw_buffer_device_ptr(sw_buffer *h, sw_devmem *out)
     sw__buf *base = buf->base;
     base->pins++; /* alive across a restore that releases the lock */
     rc = sw__make_resident_locked(dev, base);
+    /* The pointer leaves spillway's queues: the restore's copy must have
+     * landed before the caller uses it. */
+    if (rc == SW_OK)
+        rc = sw__xfer_wait_locked(dev, base);
     if (rc == SW_OK) {
         base->last_use = ++dev->clock;
         out->base = base->mem;
@@ -439,24 +468,65 @@ SW_API int sw_buffer_device_ptr(sw_buffer *h, sw_devmem *out)
  * ---------------------------------------------------------------------- */
 
 /* Waits, without the lock, for a host transfer just queued on base; the
- * pin keeps base alive and in place meanwhile.  If no event can be had,
- * the whole queue is waited for: the caller's host memory must not be
- * touched by the device after we return. */
+ * pin keeps base alive and in place meanwhile.  The caller's host memory
+ * is not touched by the device after this returns, even when no event can
+ * be had (sw__wait_idle_locked). */
 static int finish_transfer_locked(sw_device *dev, sw__buf *base)
 {
     base->pins++;
-    sw__bevent *ev = NULL;
-    int rc = sw__b_event_record(dev, &ev);
+    int rc = sw__wait_idle_locked(dev);
+    sw__unpin_locked(dev, base);
+    return rc;
+}
+
+/* Host transfers of at most this many bytes are done inline, without a
+ * queue round trip, when the device's memory is host memory and nothing
+ * is queued that could touch the buffer (a[7] from Python: a queued read
+ * is two cross-thread wake-ups, ~10 us, against ~0.1 us inline). */
+#define INLINE_MAX 4096
+
+static bool can_inline_locked(sw_device *dev, const sw__buf *base, size_t n)
+{
+    return n <= INLINE_MAX && dev->props.host_addressable &&
+           base->xfer == NULL && base->qmask == 0 && !base->external &&
+           sw__b_queue_idle(dev, dev->q);
+}
+
+/* A host read (write: false) or write of n bytes at offset of buf.  A
+ * spilled buffer is read and written in its host copy, once any copy into
+ * it has landed; a resident one through the default queue (after the
+ * copies and work queued before), or inline when that queue is idle. */
+static int host_access_locked(sw_device *dev, sw__buf *buf, size_t offset,
+                              void *p, size_t n, bool write)
+{
+    sw__buf *base = buf->base;
+    size_t off = buf->offset + offset;
+    int rc = SW_OK;
+    base->pins++; /* alive and in place across the waits below */
+    for (;;) {
+        sw__wait_stable_locked(dev, base);
+        if (base->state != SW_SPILLED || base->xfer == NULL)
+            break;
+        if ((rc = sw__xfer_wait_locked(dev, base)) != SW_OK)
+            break;
+    }
+    if (rc == SW_OK && base->lost)
+        rc = sw__xfer_wait_locked(dev, base); /* says why */
     if (rc == SW_OK) {
-        rc = sw__wait_event_locked(dev, ev);
-    } else {
-        const sw__backend_ops *ops = dev->ops;
-        sw__bqueue *q = dev->q;
-        dev->waiting++;
-        sw__unlock(dev);
-        (void)sw__b_synchronize(ops, q);
-        sw__lock(dev);
-        dev->waiting--;
+        base->last_use = ++dev->clock;
+        char *h = base->state == SW_SPILLED ? (char *)base->host + off
+                  : can_inline_locked(dev, base, n)
+                      ? (char *)(uintptr_t)base->mem + off
+                      : NULL;
+        if (h != NULL && write)
+            memcpy(h, p, n);
+        else if (h != NULL)
+            memcpy(p, h, n);
+        else if ((rc = sw__order_use_locked(dev, base, NULL)) == SW_OK &&
+                 (rc = write ? sw__b_write(dev, base->mem, off, p, n)
+                             : sw__b_read(dev, p, base->mem, off, n)) ==
+                     SW_OK)
+            rc = finish_transfer_locked(dev, base);
     }
     sw__unpin_locked(dev, base);
     return rc;
@@ -471,19 +541,10 @@ SW_API int sw_buffer_read(sw_buffer *h, size_t offset, void *dst, size_t n)
     int rc = sw__buffer_enter(h, &buf, &dev);
     if (rc != SW_OK)
         return rc;
-    if (!range_ok(buf->size, offset, n)) {
+    if (!range_ok(buf->size, offset, n))
         rc = range_error("a read", offset, n, buf->size);
-    } else if (n > 0) {
-        sw__buf *base = buf->base;
-        sw__wait_stable_locked(dev, base);
-        base->last_use = ++dev->clock;
-        if (base->state == SW_SPILLED)
-            memcpy(dst, (char *)base->host + buf->offset + offset, n);
-        else if ((rc = sw__order_use_locked(dev, base, NULL)) == SW_OK &&
-                 (rc = sw__b_read(dev, dst, base->mem, buf->offset + offset,
-                                  n)) == SW_OK)
-            rc = finish_transfer_locked(dev, base);
-    }
+    else if (n > 0)
+        rc = host_access_locked(dev, buf, offset, dst, n, false);
     sw__unlock(dev);
     return rc;
 }
@@ -498,18 +559,35 @@ SW_API int sw_buffer_write(sw_buffer *h, size_t offset, const void *src,
     int rc = sw__buffer_enter(h, &buf, &dev);
     if (rc != SW_OK)
         return rc;
-    if (!range_ok(buf->size, offset, n)) {
+    if (!range_ok(buf->size, offset, n))
         rc = range_error("a write", offset, n, buf->size);
-    } else if (n > 0) {
-        sw__buf *base = buf->base;
-        sw__wait_stable_locked(dev, base);
-        base->last_use = ++dev->clock;
-        if (base->state == SW_SPILLED)
-            memcpy((char *)base->host + buf->offset + offset, src, n);
-        else if ((rc = sw__order_use_locked(dev, base, NULL)) == SW_OK &&
-                 (rc = sw__b_write(dev, base->mem, buf->offset + offset, src,
-                                   n)) == SW_OK)
-            rc = finish_transfer_locked(dev, base);
+    else if (n > 0)
+        rc = host_access_locked(dev, buf, offset, (void *)src, n, true);
+    sw__unlock(dev);
+    return rc;
+}
+
+SW_API int sw_buffer_prefetch(sw_buffer *h, sw_queue *qh)
+{
+    sw__buf *buf;
+    sw__queue *q = NULL;
+    sw_device *dev;
+    int rc = sw__buffer_enter(h, &buf, &dev);
+    if (rc != SW_OK)
+        return rc;
+    if (qh != NULL && (rc = sw__queue_check_locked(dev, qh, &q)) != SW_OK) {
+        sw__unlock(dev);
+        return rc;
+    }
+    sw__buf *base = buf->base;
+    if (base->state == SW_SPILLED && !base->moving) {
+        base->pins++;
+        rc = sw__restore_locked(dev, base, q, true);
+        sw__unpin_locked(dev, base);
+    } else if (q != NULL && base->state == SW_RESIDENT) {
+        /* Already there (or on its way): q is ordered after it as any
+         * first use on q is. */
+        rc = sw__order_use_locked(dev, base, q);
     }
     sw__unlock(dev);
     return rc;

@@ -56,6 +56,7 @@ bool sw__cache_take_locked(sw_device *dev, size_t size, uintptr_t *mem)
             *mem = b->mem;
             dev->cached -= size;
             sw__free(b);
+            SW__TRACE(dev, SW_TRACE_CACHE_HIT, NULL, size, 0, 0);
             return true;
         }
     }
@@ -90,6 +91,8 @@ void sw__cache_put_locked(sw_device *dev, uintptr_t mem, size_t size)
     c->newest = b;
     c->count++;
     dev->cached += size;
+    sw__note_reserved_locked(dev);
+    SW__TRACE(dev, SW_TRACE_CACHE_PUT, NULL, size, 0, 0);
 }
 
 void sw__cache_trim_oldest_locked(sw_device *dev)
@@ -98,6 +101,7 @@ void sw__cache_trim_oldest_locked(sw_device *dev)
     sw__cblock *b = dev->cache.oldest;
     cache_unlink(&dev->cache, b);
     dev->cached -= b->size;
+    SW__TRACE(dev, SW_TRACE_CACHE_TRIM, NULL, b->size, 0, 0);
     (void)sw__b_free(dev, b->mem, b->size);
     sw__free(b);
 }
@@ -107,7 +111,6 @@ void sw__cache_drain_locked(sw_device *dev)
     sw__assert_locked(dev);
     while (dev->cache.oldest != NULL)
         sw__cache_trim_oldest_locked(dev);
-    sw__host_pool_drain_locked(dev);
 }
 
 SW_API int sw_empty_cache(sw_device *dev)

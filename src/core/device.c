@@ -31,6 +31,11 @@ static const sw__backend_ops *const backends[] = {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static sw_device registry[NBACKENDS][MAX_DEVICES];
 
+sw_device *sw__device_at(size_t i)
+{
+    return i < NBACKENDS * MAX_DEVICES ? &registry[0][0] + i : NULL;
+}
+
 bool sw__device_valid(const sw_device *dev)
 {
     uintptr_t p = (uintptr_t)dev, lo = (uintptr_t)&registry[0][0];
@@ -213,6 +218,7 @@ static int parse_spec(const char *spec, size_t *backend, int *index)
 static void reset_state(sw_device *dev)
 {
     dev->in_use = dev->peak = dev->cached = dev->spilled = dev->budget = 0;
+    dev->peak_reserved = 0;
     dev->allocs = dev->frees = dev->spills = dev->restores = 0;
     dev->spilled_bytes_total = dev->restored_bytes_total = 0;
     dev->spill_seconds = dev->restore_seconds = 0;
@@ -271,6 +277,14 @@ static int open_registered(const char *spec, size_t bi, int index,
         *out = dev;
         return SW_OK;
     }
+    /* The host staging pool's bound (hostpool.c), read at open. */
+    uint64_t host_pool_limit = SW__HOST_POOL_DEFAULT;
+    const char *hp = getenv("SPILLWAY_HOST_POOL");
+    if (hp != NULL && hp[0] != '\0' &&
+        sw_parse_size(hp, &host_pool_limit) != SW_OK)
+        return sw__errorf(SW_ERR_INVALID_ARG, "SPILLWAY_HOST_POOL='%.60s' "
+                          "is not a size (expected bytes with an optional "
+                          "unit, e.g. 2G or 512M)", hp);
     sw__bdev *b = NULL;
     sw__device_props props;
     memset(&props, 0, sizeof props);
@@ -279,11 +293,16 @@ static int open_registered(const char *spec, size_t bi, int index,
         return rc;
     if (props.max_alloc == 0)
         props.max_alloc = props.total;
+    if (props.dtypes == 0) /* a version-1 backend: the first four */
+        props.dtypes = (1u << SW_FLOAT32) | (1u << SW_FLOAT64) |
+                       (1u << SW_INT32) | (1u << SW_INT64);
     sw__lock(dev);
     reset_state(dev);
     dev->props = props;
     dev->b = b;
     dev->q = sw__b_default_queue(dev);
+    dev->copyq = sw__b_copy_queue(dev);
+    dev->hpool.limit = host_pool_limit;
     dev->refs = 1;
     sw__unlock(dev);
     *out = dev;
@@ -308,6 +327,8 @@ SW_API int sw_device_open(const char *spec, sw_device **out)
     pthread_mutex_lock(&registry_lock);
     rc = open_registered(spec, bi, index, out);
     pthread_mutex_unlock(&registry_lock);
+    if (rc == SW_OK)
+        sw__export_start();
     return rc;
 }
 
@@ -360,7 +381,12 @@ SW_API int sw_device_close(sw_device *dev)
         pthread_mutex_unlock(&registry_lock);
         return rc;
     }
+    /* Copies still in flight (of buffers freed meanwhile) end first. */
+    while (dev->xfers != NULL)
+        (void)sw__xfer_wait_locked(dev, dev->xfers);
     sw__cache_drain_locked(dev);
+    sw__host_pool_drain_locked(dev);
+    sw__trace_close_locked(dev);
     if (dev->scratch != 0)
         (void)sw__b_free(dev, dev->scratch, SW_ALLOC_GRANULARITY);
     sw__free(dev->heap);
@@ -369,6 +395,7 @@ SW_API int sw_device_close(sw_device *dev)
     sw__bdev *b = dev->b;
     dev->b = NULL;
     dev->q = NULL;
+    dev->copyq = NULL;
     dev->refs = 0;
     sw__unlock(dev);
     /* The backend waits for its work here; no device lock is held, and
@@ -405,6 +432,27 @@ SW_API int sw_device_host_addressable(sw_device *dev, int *yes)
     return SW_OK;
 }
 
+SW_API int sw_device_dtypes(sw_device *dev, uint32_t *mask)
+{
+    if (mask == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "mask is NULL");
+    *mask = 0;
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    *mask = dev->props.dtypes;
+    sw__unlock(dev);
+    return SW_OK;
+}
+
+int sw__dtype_unsupported(const sw_device *dev, sw_dtype d)
+{
+    return sw__errorf(SW_ERR_DTYPE, "%s cannot compute with %s%s%s",
+                      dev->name, sw_dtype_name(d),
+                      dev->props.dtypes_why[0] ? ": " : "",
+                      dev->props.dtypes_why);
+}
+
 /* ------------------------------------------------------------------------
  * Waiting
  * ---------------------------------------------------------------------- */
@@ -426,10 +474,20 @@ int sw__wait_idle_locked(sw_device *dev)
 {
     sw__assert_locked(dev);
     sw__bevent *ev = NULL;
-    int rc = sw__b_event_record(dev, &ev);
-    if (rc != SW_OK)
-        return rc;
-    return sw__wait_event_locked(dev, ev);
+    if (sw__b_event_record(dev, &ev) == SW_OK)
+        return sw__wait_event_locked(dev, ev);
+    /* No event to be had (no host memory for one): wait for the whole
+     * queue instead, which allocates nothing (backend.h), without the
+     * lock.  Callers rely on the work being done when this returns: a
+     * copy into host memory they are about to reuse or free. */
+    const sw__backend_ops *ops = dev->ops;
+    sw__bqueue *q = dev->q;
+    dev->waiting++;
+    sw__unlock(dev);
+    int rc = sw__b_synchronize(ops, q);
+    sw__lock(dev);
+    dev->waiting--;
+    return rc;
 }
 
 SW_API int sw_device_synchronize(sw_device *dev)
@@ -473,6 +531,25 @@ SW_API int sw_device_synchronize(sw_device *dev)
     int r = sw__wait_idle_locked(dev);
     if (rc == SW_OK)
         rc = r;
+    if (dev->copyq != NULL) {
+        /* The copy queue's copies (spills, restores, prefetches). */
+        sw__bevent *ev = NULL;
+        r = sw__b_event_record_q(dev, dev->copyq, &ev);
+        if (r == SW_OK) {
+            r = sw__wait_event_locked(dev, ev);
+        } else {
+            sw__bqueue *cq = dev->copyq;
+            dev->waiting++;
+            sw__unlock(dev);
+            r = sw__b_synchronize(ops, cq);
+            sw__lock(dev);
+            dev->waiting--;
+        }
+        if (rc == SW_OK)
+            rc = r;
+    }
+    if (dev->xfers != NULL)
+        sw__xfer_poll_locked(dev);
     /* Work queued before this call has completed on every queue we could
      * wait for; parked memory is safe to reuse when that was all of them. */
     sw__unpark_locked(dev, rc == SW_OK && all_waited);

@@ -181,15 +181,71 @@ SW_API const char *sw_format_bytes(uint64_t n, char *buf, size_t len)
     return buf;
 }
 
+/* ------------------------------------------------------------------------
+ * Element types
+ * ---------------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    uint8_t size;
+    uint8_t kind;
+} dtypes[SW_DTYPE_COUNT] = {
+    [SW_FLOAT32] = {"float32", 4, SW_KIND_FLOAT},
+    [SW_FLOAT64] = {"float64", 8, SW_KIND_FLOAT},
+    [SW_INT32] = {"int32", 4, SW_KIND_INT},
+    [SW_INT64] = {"int64", 8, SW_KIND_INT},
+    [SW_BOOL] = {"bool", 1, SW_KIND_BOOL},
+    [SW_INT8] = {"int8", 1, SW_KIND_INT},
+    [SW_INT16] = {"int16", 2, SW_KIND_INT},
+    [SW_UINT8] = {"uint8", 1, SW_KIND_UINT},
+    [SW_UINT16] = {"uint16", 2, SW_KIND_UINT},
+    [SW_UINT32] = {"uint32", 4, SW_KIND_UINT},
+    [SW_UINT64] = {"uint64", 8, SW_KIND_UINT},
+    [SW_FLOAT16] = {"float16", 2, SW_KIND_FLOAT},
+    [SW_BFLOAT16] = {"bfloat16", 2, SW_KIND_FLOAT},
+    [SW_COMPLEX64] = {"complex64", 8, SW_KIND_COMPLEX},
+    [SW_COMPLEX128] = {"complex128", 16, SW_KIND_COMPLEX},
+};
+
+static bool dtype_known(sw_dtype d)
+{
+    return (unsigned)d < SW_DTYPE_COUNT;
+}
+
+SW_API size_t sw_dtype_size(sw_dtype dtype)
+{
+    return dtype_known(dtype) ? dtypes[dtype].size : 0;
+}
+
 SW_API const char *sw_dtype_name(sw_dtype dtype)
 {
-    switch (dtype) {
-    case SW_FLOAT32: return "float32";
-    case SW_FLOAT64: return "float64";
-    case SW_INT32: return "int32";
-    case SW_INT64: return "int64";
+    return dtype_known(dtype) ? dtypes[dtype].name : NULL;
+}
+
+SW_API int sw_dtype_from_name(const char *name, sw_dtype *out)
+{
+    if (out != NULL)
+        *out = SW_FLOAT32;
+    if (name == NULL || out == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "name or out is NULL");
+    for (int d = 0; d < SW_DTYPE_COUNT; d++) {
+        if (strcmp(name, dtypes[d].name) == 0) {
+            *out = (sw_dtype)d;
+            return SW_OK;
+        }
     }
-    return NULL;
+    return sw__errorf(SW_ERR_DTYPE, "unknown element type '%.40s'", name);
+}
+
+SW_API int sw_dtype_kind_get(sw_dtype dtype, sw_dtype_kind *kind)
+{
+    if (kind == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "kind is NULL");
+    *kind = SW_KIND_INT;
+    if (!dtype_known(dtype))
+        return sw__errorf(SW_ERR_DTYPE, "unknown dtype %d", (int)dtype);
+    *kind = (sw_dtype_kind)dtypes[dtype].kind;
+    return SW_OK;
 }
 
 SW_API const char *sw_kernel_name(sw_kernel kernel)
@@ -205,13 +261,3 @@ SW_API const char *sw_kernel_name(sw_kernel kernel)
     return NULL;
 }
 
-SW_API size_t sw_dtype_size(sw_dtype dtype)
-{
-    switch (dtype) {
-    case SW_FLOAT32: return 4;
-    case SW_FLOAT64: return 8;
-    case SW_INT32: return 4;
-    case SW_INT64: return 8;
-    }
-    return 0;
-}

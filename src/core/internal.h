@@ -157,6 +157,17 @@ struct sw__buf {
     /* (base) Queues other than the default that used it since the default
      * queue last waited for them: bit k is queue id k (see sw__queue). */
     uint64_t qmask;
+    uint64_t id; /* (base) unique for the process: snapshots, traces */
+    /* (base) Copies of its data in flight (spill.c): the batch, and the
+     * device's list of bases with one.  The host block is host_size bytes
+     * (the pool may give a larger one than size), page-locked when
+     * host_pinned. */
+    struct sw__xfer *xfer;
+    sw__buf *xnext, *xprev;
+    size_t host_size;
+    bool host_pinned;
+    bool released; /* freed while a copy was in flight: slot freed after */
+    bool lost;     /* its copy to host failed on the device (spill.c) */
     sw__buf *live_prev, *live_next; /* dev->live list of bases */
     char tag[SW_TAG_MAX + 1];
 };
@@ -178,6 +189,35 @@ static inline sw_buffer *sw__buf_handle(const sw__buf *b)
 {
     return (sw_buffer *)sw__handle_of(&sw__buf_pool, b);
 }
+
+/* A batch of copies between device and host memory in flight on the copy
+ * queue (spill.c): one event, shared by the buffers it moves. */
+enum { SW__XFER_SPILL = 0, SW__XFER_RESTORE = 1 };
+typedef struct sw__xfer {
+    sw__bevent *ev;
+    uint32_t refs; /* buffers attached, and waiters */
+    int kind;      /* SW__XFER_SPILL or SW__XFER_RESTORE */
+    bool done;     /* observed complete */
+    int rc;        /* the copies' result, once done */
+    double t0;     /* when queued */
+} sw__xfer;
+
+/* The host staging pool (hostpool.c): idle host blocks for host copies. */
+typedef struct sw__hblock {
+    void *p;
+    size_t size;
+    bool pinned; /* from the backend's host_alloc */
+    struct sw__hblock *next;
+} sw__hblock;
+
+typedef struct sw__hostpool {
+    sw__hblock *head;
+    uint64_t bytes; /* idle bytes held */
+    uint64_t limit;
+    size_t count;
+} sw__hostpool;
+
+#define SW__HOST_POOL_DEFAULT (UINT64_C(1) << 30)
 
 /* ------------------------------------------------------------------------
  * The cache: freed device blocks kept for reuse, exact rounded size.
@@ -215,11 +255,11 @@ typedef struct sw__fault {
 } sw__fault;
 
 /* Scratch device memory for small results (sums), so that they neither
- * allocate nor disturb in_use and peak. */
-#define SW__SCRATCH_SLOTS 64u
+ * allocate nor disturb in_use and peak: SW_ALLOC_GRANULARITY bytes in
+ * slots that hold a complex128 sum. */
+#define SW__SCRATCH_SLOT 16u
+#define SW__SCRATCH_SLOTS (SW_ALLOC_GRANULARITY / SW__SCRATCH_SLOT)
 
-#define SW__HPOOL_MAX 16
-#define SW__HPOOL_BYTES (UINT64_C(1) << 30)
 
 typedef struct sw__callback {
     sw_pressure_fn fn; /* NULL: free slot */
@@ -230,6 +270,19 @@ struct sw_pressure {
     sw_device *dev;
     bool locked;
 };
+
+/* The memory history (trace.c). */
+#define SW__TRACE_OOM_KEPT 16
+typedef struct sw__trace {
+    bool started;          /* sw_trace_start called; the ring is readable */
+    sw_trace_event *ring;  /* cap events, seq % cap */
+    size_t cap;
+    uint64_t recorded;     /* events recorded since start */
+    sw_trace_fn fn;        /* forwarding callback, or NULL */
+    void *user;
+    char *oom[SW__TRACE_OOM_KEPT]; /* reports of the last OOM events */
+    uint64_t oom_next;
+} sw__trace;
 
 struct sw_device {
     _Atomic uint32_t magic;
@@ -248,7 +301,7 @@ struct sw_device {
     sw__device_props props;
 
     /* Accounting (names as in sw_memory_info). */
-    uint64_t in_use, peak, cached, spilled, budget;
+    uint64_t in_use, peak, cached, spilled, budget, peak_reserved;
     uint64_t allocs, frees, spills, restores;
     uint64_t spilled_bytes_total, restored_bytes_total;
     double spill_seconds, restore_seconds;
@@ -264,13 +317,12 @@ struct sw_device {
     size_t heap_len, heap_cap;
     uint64_t heap_bytes; /* their alloc sizes: what could be spilled */
     pthread_cond_t moved; /* a spill or restore finished */
-    /* Host copies kept after restores for the next spill of the same
-     * size: fresh host memory costs a page fault per page on first touch,
-     * which would halve spill bandwidth (a real runtime keeps pinned host
-     * buffers the same way).  Bounded; emptied with the cache. */
-    struct { void *p; size_t size; } hpool[SW__HPOOL_MAX];
-    size_t hpool_n;
-    uint64_t hpool_bytes;
+    /* The host staging pool (hostpool.c). */
+    sw__hostpool hpool;
+    /* The backend's copy queue, or NULL (copies go on q). */
+    sw__bqueue *copyq;
+    /* Bases with copies in flight (spill.c), linked through xnext. */
+    sw__buf *xfers;
     sw__callback callbacks[SW_MAX_PRESSURE_CALLBACKS];
     sw__queue *queues; /* live and dying queues */
     size_t live_queues;
@@ -284,6 +336,9 @@ struct sw_device {
     sw__scope *scope_first, *scope_last;
     sw__cache cache;
     sw__fault fault[3]; /* by sw_fault_op */
+    /* Recording the memory history: the one branch SW__TRACE costs. */
+    bool tracing;
+    sw__trace trace;
 
     uintptr_t scratch; /* SW_ALLOC_GRANULARITY bytes, or 0 */
     uint64_t scratch_used; /* bitmap of SW__SCRATCH_SLOTS */
@@ -362,6 +417,13 @@ bool sw__held(sw_device *dev);
 /* Validate a device handle and take its lock; on failure returns the error
  * with the message set and the lock not held. */
 int sw__device_enter(sw_device *dev);
+/* Whether dev's kernels support dtype d (known to be valid). */
+static inline bool sw__dtype_ok(const sw_device *dev, sw_dtype d)
+{
+    return (dev->props.dtypes >> (unsigned)d) & 1u;
+}
+/* SW_ERR_DTYPE: "opencl:0 cannot compute with float64: no cl_khr_fp64". */
+int sw__dtype_unsupported(const sw_device *dev, sw_dtype d);
 /* dev is one of the registry's devices (checked by address: nothing is
  * read through a foreign pointer). */
 bool sw__device_valid(const sw_device *dev);
@@ -377,6 +439,15 @@ int sw__buffer_check_locked(sw_device *dev, const sw_buffer *h,
 
 /* in_use changed by +delta; keeps peak and scopes. */
 void sw__note_in_use_locked(sw_device *dev, uint64_t delta);
+/* in_use + cached may have grown: keeps peak_reserved. */
+static inline void sw__note_reserved_locked(sw_device *dev)
+{
+    if (dev->in_use + dev->cached > dev->peak_reserved)
+        dev->peak_reserved = dev->in_use + dev->cached;
+}
+/* Trim the cache and spill until in_use + cached fits the budget, or
+ * nothing more can move (alloc.c). */
+void sw__enforce_budget_locked(sw_device *dev);
 /* Release every cached block to the backend. */
 void sw__cache_drain_locked(sw_device *dev);
 void sw__cache_init(sw__cache *c);
@@ -423,18 +494,35 @@ void sw__lru_remove_locked(sw_device *dev, sw__buf *b);
  * its buffers resident and intact. */
 int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled);
 /* Bring a spilled base back (may spill others, never base itself; may
- * release the lock).  On failure the host copy is kept. */
+ * release the lock).  The copy in is queued, not waited for: work on the
+ * default queue (and on q, when not NULL) runs after it.  On failure the
+ * host copy is kept. */
+int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
+                       bool prefetch);
 int sw__make_resident_locked(sw_device *dev, sw__buf *base);
+/* Finish the xfers that are done (never blocks). */
+void sw__xfer_poll_locked(sw_device *dev);
+/* Wait (lock released) until base has no copy in flight; SW_ERR_DEVICE if
+ * its data was lost by a copy that failed on the device. */
+int sw__xfer_wait_locked(sw_device *dev, sw__buf *base);
+/* The last of a release: host block back, slot freed (buffer.c). */
+void sw__buf_slot_free_locked(sw_device *dev, sw__buf *base);
 /* Wait (lock released) until no spill or restore is moving base. */
 void sw__wait_stable_locked(sw_device *dev, sw__buf *base);
-/* Host memory for spilled copies, from the pool when it has that size. */
-void *sw__host_get_locked(sw_device *dev, size_t size);
-void sw__host_put_locked(sw_device *dev, void *p, size_t size);
+/* Host memory for a host copy of size bytes, from the pool when it has a
+ * block of about that size: *got is the block's size, *pinned how it was
+ * allocated (both go back with it).  NULL without host memory. */
+void *sw__host_get_locked(sw_device *dev, size_t size, size_t *got,
+                          bool *pinned);
+void sw__host_put_locked(sw_device *dev, void *p, size_t size, bool pinned);
+void sw__host_pool_trim_locked(sw_device *dev, uint64_t limit);
 void sw__host_pool_drain_locked(sw_device *dev);
 /* pthread_cond_wait on dev->moved, keeping the owner fields right. */
 void sw__cond_wait_locked(sw_device *dev);
 /* Wait for everything queued on the default queue, with the lock released
- * during the wait (re-taken before returning). */
+ * during the wait (re-taken before returning).  The work is done when this
+ * returns even if no event could be had (then the whole queue is
+ * synchronized); the result is the work's. */
 int sw__wait_idle_locked(sw_device *dev);
 /* Wait for an event with the lock released; releases the event. */
 int sw__wait_event_locked(sw_device *dev, sw__bevent *ev);
@@ -490,6 +578,48 @@ void sw__b_event_release(const sw__backend_ops *ops, sw__bevent *ev);
 int sw__b_synchronize(const sw__backend_ops *ops, sw__bqueue *q);
 /* q waits (on the device) for everything queued on `on` so far. */
 int sw__b_queue_wait(sw_device *dev, sw__bqueue *q, sw__bqueue *on);
+/* Version 3 (each does without when the backend has none). */
+sw__bqueue *sw__b_copy_queue(sw_device *dev); /* NULL: none */
+int sw__b_read_q(sw_device *dev, sw__bqueue *q, void *dst, uintptr_t src,
+                 size_t off, size_t n);
+int sw__b_write_q(sw_device *dev, sw__bqueue *q, uintptr_t dst, size_t off,
+                  const void *src, size_t n);
+/* q waits (on the device) for ev. */
+int sw__b_wait_event(sw_device *dev, sw__bqueue *q, sw__bevent *ev);
+/* 1 when nothing is queued on q; 0 when busy or the backend cannot say. */
+int sw__b_queue_idle(sw_device *dev, sw__bqueue *q);
+/* Page-locked host memory; SW_ERR_UNSUPPORTED when the backend has none. */
+int sw__b_host_alloc(sw_device *dev, size_t size, void **out);
+void sw__b_host_free(sw_device *dev, void *p, size_t size);
+
+/* ------------------------------------------------------------------------
+ * Memory history (trace.c)
+ * ---------------------------------------------------------------------- */
+
+void sw__trace_emit(sw_device *dev, sw_trace_kind kind, const sw__buf *b,
+                    uint64_t size, uint32_t queue, uint64_t aux);
+/* An OOM event, keeping its report (the thread's message). */
+void sw__trace_oom(sw_device *dev, uint64_t size, const char *tag,
+                   const char *report);
+/* Stop and forget everything (device close). */
+void sw__trace_close_locked(sw_device *dev);
+
+/* Record an event when the history is on: one predictable branch off. */
+#define SW__TRACE(dev, kind, b, size, queue, aux)                             \
+    do {                                                                      \
+        if (__builtin_expect((dev)->tracing, 0))                              \
+            sw__trace_emit((dev), (kind), (b), (size), (queue), (aux));       \
+    } while (0)
+
+/* SPILLWAY_STATS: start the exporter thread once (export.c). */
+void sw__export_start(void);
+/* The i-th device slot of the registry (open or not), NULL past the end. */
+sw_device *sw__device_at(size_t i);
+
+/* The snapshot and figures, lock held (stats.c). */
+void sw__snapshot_locked(sw_device *dev, sw_buffer_info *out, size_t cap,
+                         size_t *count);
+void sw__memory_info_locked(sw_device *dev, sw_memory_info *out);
 
 /* ------------------------------------------------------------------------
  * Messages

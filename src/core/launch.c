@@ -197,6 +197,18 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
  * Kernels
  * ---------------------------------------------------------------------- */
 
+/* bool holds truth values: it can be filled, copied and counted, but there
+ * is no arithmetic on it (NumPy's bool + bool is a logical or). */
+static int check_kernel_dtype(sw_kernel k, sw_dtype d)
+{
+    if (d == SW_BOOL && k != SW_KERNEL_FILL && k != SW_KERNEL_COPY &&
+        k != SW_KERNEL_SUM)
+        return sw__errorf(SW_ERR_DTYPE, "kernel %s is not defined for bool "
+                          "(bool arrays support fill, copy and sum)",
+                          sw_kernel_name(k));
+    return SW_OK;
+}
+
 /* Everything about a launch that does not depend on the device: the
  * kernel, the dtype, the element count, and the alignment of typed
  * operands (a GPU faults on a misaligned typed access, on CUDA for the
@@ -217,6 +229,9 @@ static int check_kernel(const sw_kernel_args *a)
     if (es == 0)
         return sw__errorf(SW_ERR_DTYPE, "unknown dtype %d", (int)a->dtype);
     const char *dname = sw_dtype_name(a->dtype);
+    int rc = check_kernel_dtype(a->kernel, a->dtype);
+    if (rc != SW_OK)
+        return rc;
     if (a->n > SIZE_MAX / es)
         return sw__errorf(SW_ERR_INVALID_ARG, "kernel %s %s with n=%zu "
                           "elements: the byte count overflows", kname, dname,
@@ -247,17 +262,25 @@ static int check_kernel(const sw_kernel_args *a)
     return SW_OK;
 }
 
+/* Bytes a SUM writes: a complex128 for complex types, else 8. */
+static size_t sum_size(sw_dtype d)
+{
+    return d == SW_COMPLEX64 || d == SW_COMPLEX128 ? 16 : 8;
+}
+
 static int launch_kernel(sw_device *dev, sw__queue *q,
                          const sw_kernel_args *args)
 {
+    if (!sw__dtype_ok(dev, args->dtype))
+        return sw__dtype_unsupported(dev, args->dtype);
     sw__bqueue *bq = q ? q->bq : dev->q;
     if (args->n > 0)
         return sw__b_launch(dev, bq, args);
     if (args->kernel == SW_KERNEL_SUM) {
         /* The sum of nothing is 0; backends only see n > 0. */
         static const uint64_t zero = 0;
-        return sw__b_fill_q(dev, bq, args->out.base, args->out.offset, 8,
-                            &zero, 8);
+        return sw__b_fill_q(dev, bq, args->out.base, args->out.offset,
+                            sum_size(args->dtype), &zero, 8);
     }
     return SW_OK;
 }
@@ -298,13 +321,19 @@ SW_API int sw_launch_kernel_q(sw_queue *qh, const sw_kernel_args *args)
  * aligned to them (as check_kernel does for raw launches).  A spilled
  * base comes back at an allocation's start, which every backend aligns to
  * at least SW_ALLOC_GRANULARITY, so its offset decides. */
-static int check_operands_locked(sw_device *dev, sw_buffer *const *h,
-                                 sw__buf **bufs, size_t nbufs,
-                                 sw_dtype dtype, size_t n, unsigned typed)
+static int check_operands_locked(sw_device *dev, sw_kernel k,
+                                 sw_buffer *const *h, sw__buf **bufs,
+                                 size_t nbufs, sw_dtype dtype, size_t n,
+                                 unsigned typed)
 {
     size_t es = sw_dtype_size(dtype);
     if (es == 0)
         return sw__errorf(SW_ERR_DTYPE, "unknown dtype %d", (int)dtype);
+    int rc0 = check_kernel_dtype(k, dtype);
+    if (rc0 != SW_OK)
+        return rc0;
+    if (!sw__dtype_ok(dev, dtype))
+        return sw__dtype_unsupported(dev, dtype);
     if (n > SIZE_MAX / es)
         return sw__errorf(SW_ERR_TOO_LARGE, "%zu elements of %zu bytes "
                           "overflow", n, es);
@@ -344,7 +373,7 @@ static int run_op(const sw_queue *qh, sw_kernel k, sw_buffer *out,
     sw_buffer *h[3] = {out, a, b};
     sw__buf *bufs[3] = {first, NULL, NULL};
     size_t nbufs = b ? 3 : a ? 2 : 1;
-    rc = check_operands_locked(dev, h, bufs, nbufs, dtype, n,
+    rc = check_operands_locked(dev, k, h, bufs, nbufs, dtype, n,
                                k == SW_KERNEL_FILL ? 0u : 7u);
     if (rc != SW_OK || n == 0)
         goto out;
@@ -456,7 +485,7 @@ static int scratch_take_locked(sw_device *dev)
     if (dev->scratch == 0 &&
         sw__b_alloc(dev, SW_ALLOC_GRANULARITY, &dev->scratch) != SW_OK)
         dev->scratch = 0;
-    if (dev->scratch == 0 || dev->scratch_used == UINT64_MAX)
+    if (dev->scratch == 0)
         return -1;
     for (int i = 0; i < (int)SW__SCRATCH_SLOTS; i++) {
         if (!(dev->scratch_used & (UINT64_C(1) << i))) {
@@ -471,7 +500,7 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
 {
     if (out == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
-    out->i = 0;
+    memset(out, 0, sizeof *out);
     sw_buffer *tmp = NULL; /* before any goto: `out:` frees it */
     sw__buf *bufs[2] = {NULL, NULL}; /* the operand, and tmp if any */
     size_t nbufs = 1;
@@ -479,7 +508,8 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
     int rc = sw__buffer_enter(a, &bufs[0], &dev);
     if (rc != SW_OK)
         return rc;
-    rc = check_operands_locked(dev, &a, bufs, 1, dtype, n, 1u);
+    rc = check_operands_locked(dev, SW_KERNEL_SUM, &a, bufs, 1, dtype, n,
+                               1u);
     if (rc != SW_OK || n == 0)
         goto out; /* the sum of nothing is 0 */
     int slot = scratch_take_locked(dev);
@@ -488,11 +518,12 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
          * temporary buffer, which is accounted like any other.  The lock
          * was released meanwhile, so the operand is checked again. */
         sw__unlock(dev);
-        rc = sw_buffer_alloc(dev, 8, "sum result", &tmp);
+        rc = sw_buffer_alloc(dev, SW__SCRATCH_SLOT, "sum result", &tmp);
         if (rc != SW_OK)
             return rc;
         sw__lock(dev);
-        rc = check_operands_locked(dev, &a, bufs, 1, dtype, n, 1u);
+        rc = check_operands_locked(dev, SW_KERNEL_SUM, &a, bufs, 1, dtype, n,
+                               1u);
         if (rc != SW_OK)
             goto out;
         bufs[1] = sw__buf_of(tmp); /* ours, and we hold its lock */
@@ -505,7 +536,7 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
     sw_devmem dst;
     if (slot >= 0) {
         dst.base = dev->scratch;
-        dst.offset = (size_t)slot * 8;
+        dst.offset = (size_t)slot * SW__SCRATCH_SLOT;
     } else {
         dst = p[1];
     }
@@ -516,18 +547,13 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
     args.n = n;
     args.a = p[0];
     args.out = dst;
-    sw_scalar result = {.i = 0};
+    sw_scalar result;
+    memset(&result, 0, sizeof result);
     rc = sw__b_launch(dev, dev->q, &args);
     if (rc == SW_OK)
-        rc = sw__b_read(dev, &result, dst.base, dst.offset, sizeof result);
-    if (rc == SW_OK) {
-        sw__bevent *ev = NULL;
-        rc = sw__b_event_record(dev, &ev);
-        if (rc == SW_OK)
-            rc = sw__wait_event_locked(dev, ev);
-        else
-            (void)sw__wait_idle_locked(dev);
-    }
+        rc = sw__b_read(dev, &result, dst.base, dst.offset, sum_size(dtype));
+    if (rc == SW_OK)
+        rc = sw__wait_idle_locked(dev);
     for (size_t i = 0; i < nbufs; i++)
         sw__unpin_locked(dev, bufs[i]->base);
     if (rc == SW_OK)

@@ -66,6 +66,10 @@ SW_API int sw_buffer_expose(sw_buffer *h, sw_devmem *ptr, sw_lease **out)
     sw__buf *base = buf->base;
     base->pins++;
     rc = sw__make_resident_locked(dev, base);
+    /* The consumer reads the memory outside spillway's queues: the
+     * restore's copy must have landed. */
+    if (rc == SW_OK)
+        rc = sw__xfer_wait_locked(dev, base);
     if (rc != SW_OK) {
         sw__unpin_locked(dev, base);
         sw__unlock(dev);
@@ -74,6 +78,7 @@ SW_API int sw_buffer_expose(sw_buffer *h, sw_devmem *ptr, sw_lease **out)
     }
     if (base->exposed++ == 0)
         sw__lru_remove_locked(dev, base);
+    SW__TRACE(dev, SW_TRACE_LEASE, base, base->alloc_size, 0, base->exposed);
     base->last_use = ++dev->clock;
     sw__unpin_locked(dev, base);
     atomic_store_explicit(&l->h.dev, dev, memory_order_release);
@@ -108,6 +113,8 @@ SW_API int sw_lease_release(sw_lease *lease)
         if (--base->exposed == 0 && base->state == SW_RESIDENT &&
             !base->external && base->mem != 0)
             sw__lru_insert_locked(dev, base);
+        SW__TRACE(dev, SW_TRACE_LEASE_RELEASE, base, base->alloc_size, 0,
+                  base->exposed);
         sw__maybe_release_locked(dev, base);
         sw__unlock(dev);
         return SW_OK;

@@ -19,6 +19,7 @@ bool sw__run_callbacks_locked(sw_device *dev, size_t bytes)
     if (in_callback)
         return false;
     bool any = false;
+    SW__TRACE(dev, SW_TRACE_PRESSURE_BEGIN, NULL, bytes, 0, 0);
     /* Slots are re-read under the lock each time: a callback may add or
      * remove callbacks while it has the lock released. */
     for (int i = 0; i < SW_MAX_PRESSURE_CALLBACKS; i++) {
@@ -35,6 +36,7 @@ bool sw__run_callbacks_locked(sw_device *dev, size_t bytes)
         in_callback = false;
         any = any || freed != 0;
     }
+    SW__TRACE(dev, SW_TRACE_PRESSURE_END, NULL, bytes, 0, any);
     return any;
 }
 
@@ -97,6 +99,8 @@ SW_API void sw_pressure_relock(sw_pressure *p)
 
 SW_API void sw_pressure_note_gc(sw_pressure *p)
 {
-    if (p != NULL && p->locked)
+    if (p != NULL && p->locked) {
         p->dev->gc_runs++;
+        SW__TRACE(p->dev, SW_TRACE_GC, NULL, 0, 0, p->dev->gc_runs);
+    }
 }

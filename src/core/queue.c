@@ -293,6 +293,7 @@ SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
         dev->queues->prev = q;
     dev->queues = q;
     dev->live_queues++;
+    SW__TRACE(dev, SW_TRACE_QUEUE_CREATE, NULL, 0, (uint32_t)q->id, 0);
     *out = (sw_queue *)sw__handle_of(&sw__queue_pool, q);
     sw__unlock(dev);
     return SW_OK;
@@ -591,6 +592,7 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
     dev->waiting--;
     for (sw__queue *q = dead, *next; q; q = next) {
         next = q->next;
+        SW__TRACE(dev, SW_TRACE_QUEUE_DESTROY, NULL, 0, (uint32_t)q->id, 0);
         sw__b_queue_destroy(dev, q->bq);
         pthread_mutex_destroy(&q->tlock);
         pthread_cond_destroy(&q->tcv);

@@ -1,6 +1,6 @@
 /*
- * spill.c -- spilling: the LRU heap, choosing victims, copying buffers out
- * to host memory and back.
+ * spill.c -- spilling: the LRU heap, choosing victims, and the copies of
+ * buffers to host memory and back, in stream order.
  *
  * Victims are chosen with a lazy min-heap keyed by each buffer's last use.
  * A use only advances the buffer's counter (the warm path touches no
@@ -8,6 +8,23 @@
  * reaches the top.  Keys never exceed true last-use values, so a top whose
  * key is current is the least recently used buffer: exact LRU at
  * O(log n) per stale entry met, paid only when spilling.
+ *
+ * Copies in stream order.  Neither a spill nor a restore drains the device
+ * or waits on the host.  A spill queues its device->host copies on the
+ * copy queue (backend.h: copy_queue; the default queue where there is
+ * none) behind the work already queued that may use the buffers (the copy
+ * queue waits, on the device, for the default queue, which waits for the
+ * other queues that used them), then makes the default queue wait, on the
+ * device, for the copies: the device memory goes to the cache at once, and
+ * any work that reuses it, queued later, runs after the copies.  A restore
+ * queues its host->device copy the same way before the launch that needs
+ * it.  Each batch of copies is an xfer: one event, shared by the buffers
+ * it moves.  The host copy of a buffer whose spill is in flight is not
+ * readable yet: host reads and writes of it wait for the xfer (without the
+ * lock); a host block a restore copies from goes back to the pool only
+ * once its xfer is done.  Completed xfers are noticed lazily (event
+ * queries never block), at the next spill, restore, host access,
+ * synchronize or memory query.
  */
 #include "core/internal.h"
 
@@ -98,10 +115,9 @@ void sw__lru_remove_locked(sw_device *dev, sw__buf *b)
 /* ------------------------------------------------------------------------
  * Buffers in motion
  *
- * A spill or restore releases the device lock while it waits for its
- * copy; the buffer is marked `moving` meanwhile, and anyone who needs it
- * waits on dev->moved, so two threads never move one buffer at once and
- * nobody sees it half moved.
+ * `moving` marks a base whose restore is obtaining memory (which may
+ * release the lock: pressure callbacks, waits): anyone else who needs it
+ * waits on dev->moved, so two threads never restore one buffer at once.
  * ---------------------------------------------------------------------- */
 
 void sw__cond_wait_locked(sw_device *dev)
@@ -109,7 +125,9 @@ void sw__cond_wait_locked(sw_device *dev)
     sw__assert_locked(dev);
     dev->waiting++;
     atomic_store_explicit(&dev->owned, 0, memory_order_relaxed);
+    sw__tl_dev = NULL;
     pthread_cond_wait(&dev->moved, &dev->lock);
+    sw__tl_dev = dev;
     atomic_store_explicit(&dev->owner, pthread_self(), memory_order_relaxed);
     atomic_store_explicit(&dev->owned, 1, memory_order_relaxed);
     dev->waiting--;
@@ -130,53 +148,171 @@ static double now_seconds(void)
 }
 
 /* ------------------------------------------------------------------------
- * Host copies
+ * Xfers: batches of copies in flight
  * ---------------------------------------------------------------------- */
 
-void *sw__host_get_locked(sw_device *dev, size_t size)
+/* The queue copies go on. */
+static sw__bqueue *copy_queue(sw_device *dev)
+{
+    return dev->copyq != NULL ? dev->copyq : dev->q;
+}
+
+/* An xfer for what was just queued on the copy queue, and the default
+ * queue made to wait for it; NULL (with the message set) when no event
+ * can be had, after waiting for the copy queue instead. */
+static sw__xfer *xfer_record_locked(sw_device *dev, int kind, double t0,
+                                    int *rc)
+{
+    *rc = SW_OK;
+    sw__xfer *x = sw__calloc(1, sizeof *x);
+    sw__bevent *ev = NULL;
+    if (x != NULL)
+        *rc = sw__b_event_record_q(dev, copy_queue(dev), &ev);
+    if (x != NULL && *rc == SW_OK && dev->copyq != NULL)
+        *rc = sw__b_wait_event(dev, dev->q, ev);
+    if (x == NULL || *rc != SW_OK) {
+        /* No event (no host memory): wait for the copies on the host,
+         * without the lock; they are then done, and ordered before
+         * anything queued later.  A copy error surfaces here. */
+        if (ev != NULL)
+            sw__b_event_release(dev->ops, ev);
+        sw__free(x);
+        const sw__backend_ops *ops = dev->ops;
+        sw__bqueue *q = copy_queue(dev);
+        dev->waiting++;
+        sw__unlock(dev);
+        *rc = sw__b_synchronize(ops, q);
+        sw__lock(dev);
+        dev->waiting--;
+        return NULL;
+    }
+    x->ev = ev;
+    x->kind = kind;
+    x->t0 = t0;
+    return x;
+}
+
+/* Attach base to x (counted), on the device's list of buffers with a copy
+ * in flight. */
+static void xfer_attach_locked(sw_device *dev, sw__buf *base, sw__xfer *x)
+{
+    assert(base->xfer == NULL);
+    base->xfer = x;
+    x->refs++;
+    base->xnext = dev->xfers;
+    base->xprev = NULL;
+    if (dev->xfers)
+        dev->xfers->xprev = base;
+    dev->xfers = base;
+}
+
+static void xfer_unref_locked(sw_device *dev, sw__xfer *x)
+{
+    if (--x->refs > 0)
+        return;
+    if (x->ev != NULL)
+        sw__b_event_release(dev->ops, x->ev);
+    sw__free(x);
+}
+
+/* Nonzero once x's copies are done (querying, never waiting). */
+static bool xfer_done_locked(sw_device *dev, sw__xfer *x)
+{
+    if (x->done)
+        return true;
+    int done = 0;
+    int rc = sw__b_event_query(dev->ops, x->ev, &done);
+    if (!done && rc == SW_OK)
+        return false;
+    x->done = true;
+    x->rc = rc;
+    double dt = now_seconds() - x->t0;
+    if (x->kind == SW__XFER_SPILL)
+        dev->spill_seconds += dt;
+    else
+        dev->restore_seconds += dt;
+    return true;
+}
+
+/* Take base off its xfer (and the device's list), keeping its host block:
+ * a later copy of the same buffer on the (in-order) copy queue supersedes
+ * it. */
+static sw__xfer *xfer_detach_locked(sw_device *dev, sw__buf *base)
+{
+    sw__xfer *x = base->xfer;
+    if (base->xprev)
+        base->xprev->xnext = base->xnext;
+    else
+        dev->xfers = base->xnext;
+    if (base->xnext)
+        base->xnext->xprev = base->xprev;
+    base->xnext = base->xprev = NULL;
+    base->xfer = NULL;
+    return x;
+}
+
+/* base's copy is done: detach it, and give a restore's host block back
+ * (or a freed base's, releasing the base). */
+static void xfer_finish_locked(sw_device *dev, sw__buf *base)
+{
+    sw__xfer *x = xfer_detach_locked(dev, base);
+    int kind = x->kind, rc = x->rc;
+    xfer_unref_locked(dev, x);
+    if (rc != SW_OK && kind == SW__XFER_SPILL && base->state == SW_SPILLED)
+        base->lost = true; /* the copy failed on the device: see above */
+    if (base->state == SW_RESIDENT && base->host != NULL) {
+        /* A restore's source, free now. */
+        sw__host_put_locked(dev, base->host, base->host_size,
+                            base->host_pinned);
+        base->host = NULL;
+    }
+    SW__TRACE(dev, kind == SW__XFER_SPILL ? SW_TRACE_SPILL_END
+                                          : SW_TRACE_RESTORE_END,
+              base, base->alloc_size, 0, rc != SW_OK);
+    if (base->released) /* freed while its copy ran */
+        sw__buf_slot_free_locked(dev, base);
+}
+
+void sw__xfer_poll_locked(sw_device *dev)
 {
     sw__assert_locked(dev);
-    for (size_t i = 0; i < dev->hpool_n; i++) {
-        if (dev->hpool[i].size == size) {
-            void *p = dev->hpool[i].p;
-            dev->hpool_bytes -= size;
-            dev->hpool[i] = dev->hpool[--dev->hpool_n];
-            return p;
+    for (sw__buf *b = dev->xfers, *next; b != NULL; b = next) {
+        next = b->xnext;
+        if (xfer_done_locked(dev, b->xfer))
+            xfer_finish_locked(dev, b);
+    }
+}
+
+int sw__xfer_wait_locked(sw_device *dev, sw__buf *base)
+{
+    sw__assert_locked(dev);
+    while (base->xfer != NULL) {
+        sw__xfer *x = base->xfer;
+        if (!xfer_done_locked(dev, x)) {
+            /* Wait without the lock; x and base stay (pinned by the
+             * caller, and x by its reference). */
+            x->refs++;
+            const sw__backend_ops *ops = dev->ops;
+            dev->waiting++;
+            sw__unlock(dev);
+            int rc = sw__b_event_wait(ops, x->ev);
+            sw__lock(dev);
+            dev->waiting--;
+            (void)rc; /* recorded by the query below */
+            (void)xfer_done_locked(dev, x);
+            bool still = base->xfer == x;
+            xfer_unref_locked(dev, x);
+            if (!still)
+                continue; /* finished by another thread meanwhile */
         }
+        xfer_finish_locked(dev, base);
     }
-    return sw__malloc(size);
-}
-
-void sw__host_put_locked(sw_device *dev, void *p, size_t size)
-{
-    sw__assert_locked(dev);
-    if (p == NULL)
-        return;
-    if (dev->hpool_n == SW__HPOOL_MAX ||
-        dev->hpool_bytes + size > SW__HPOOL_BYTES) {
-        sw__free(p);
-        return;
-    }
-    dev->hpool[dev->hpool_n].p = p;
-    dev->hpool[dev->hpool_n].size = size;
-    dev->hpool_n++;
-    dev->hpool_bytes += size;
-}
-
-void sw__host_pool_drain_locked(sw_device *dev)
-{
-    sw__assert_locked(dev);
-    while (dev->hpool_n > 0)
-        sw__free(dev->hpool[--dev->hpool_n].p);
-    dev->hpool_bytes = 0;
-}
-
-/* Waits for the default queue with the lock released.  Used before timing
- * a copy, so that the time is the copy's alone; an error here surfaces
- * again in the copy's own wait. */
-static void drain_queue_locked(sw_device *dev)
-{
-    (void)sw__wait_idle_locked(dev);
+    if (base->lost)
+        return sw__errorf(SW_ERR_DEVICE, "%s: the data of buffer '%s' was "
+                          "lost: its copy to host memory failed on the "
+                          "device after its device memory was reused",
+                          dev->name, base->tag);
+    return SW_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -204,31 +340,46 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
 {
     sw__assert_locked(dev);
     *spilled = 0;
+    if (dev->heap_len == 0)
+        return SW_OK;
+    if (dev->xfers != NULL)
+        sw__xfer_poll_locked(dev);
     sw__buf *victims = NULL, *skipped = NULL, *b;
     uint64_t total = 0;
     int rc = SW_OK;
+    bool ordered = false; /* the copy queue waits for the default queue */
+    double t0 = now_seconds();
+    sw__bqueue *cq = copy_queue(dev);
 
     /* Choose victims, least recently used first, and queue their copies
-     * out: all of them behind the work already queued, one wait for all.
-     * spill_seconds counts from when that earlier work is done, so it is
-     * the copies' own time. */
-    if (dev->heap_len == 0)
-        return SW_OK;
-    drain_queue_locked(dev);
-    double t0 = now_seconds();
+     * out behind the work that may use them. */
     while (total < need && (b = pop_lru_locked(dev)) != NULL) {
-        if (b->pins > 0) {
+        if (b->pins > 0 || b->moving) {
             b->tmp_next = skipped;
             skipped = b;
             continue;
         }
-        /* Other queues' work on it first (never blocks). */
+        /* Other queues' work on it first (device-side, never blocks). */
         if (b->qmask != 0 && (rc = sw__order_use_locked(dev, b, NULL))) {
             b->tmp_next = skipped;
             skipped = b;
             break;
         }
-        void *host = sw__host_get_locked(dev, b->size);
+        if (!ordered && dev->copyq != NULL &&
+            (rc = sw__b_queue_wait(dev, cq, dev->q)) != SW_OK) {
+            b->tmp_next = skipped;
+            skipped = b;
+            break;
+        }
+        ordered = true;
+        /* A restore's host block still in flight is reused in place: the
+         * copy queue is in order, so the copy out follows the copy in. */
+        void *host = b->host;
+        size_t hsize = b->host_size;
+        bool pinned = b->host_pinned;
+        bool fresh = host == NULL;
+        if (fresh)
+            host = sw__host_get_locked(dev, b->size, &hsize, &pinned);
         if (host == NULL) {
             b->tmp_next = skipped;
             skipped = b;
@@ -236,15 +387,19 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
                             "%zu bytes", dev->name, b->size);
             break;
         }
-        rc = sw__b_read(dev, host, b->mem, 0, b->size);
+        rc = b->size ? sw__b_read_q(dev, cq, host, b->mem, 0, b->size)
+                     : SW_OK;
         if (rc != SW_OK) {
-            sw__host_put_locked(dev, host, b->size);
+            /* Refused at once: it stays resident, intact. */
+            if (fresh)
+                sw__host_put_locked(dev, host, hsize, pinned);
             b->tmp_next = skipped;
             skipped = b;
             break;
         }
         b->host = host;
-        b->moving = true;
+        b->host_size = hsize;
+        b->host_pinned = pinned;
         b->tmp_next = victims;
         victims = b;
         total += b->alloc_size;
@@ -256,23 +411,24 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
     if (victims == NULL)
         return rc;
 
-    sw__bevent *ev = NULL;
-    int wrc = sw__b_event_record(dev, &ev);
-    if (wrc == SW_OK)
-        wrc = sw__wait_event_locked(dev, ev);
-    else
-        (void)sw__wait_idle_locked(dev);
-    double dt = now_seconds() - t0;
-
+    /* One event for the batch; the default queue waits for it, so the
+     * memory can go to the cache now. */
+    int wrc = SW_OK;
+    sw__xfer *x = xfer_record_locked(dev, SW__XFER_SPILL, t0, &wrc);
     while ((b = victims) != NULL) {
         victims = b->tmp_next;
-        b->moving = false;
-        if (wrc != SW_OK) {
-            /* The copy out failed: the buffer stays resident, intact. */
-            sw__host_put_locked(dev, b->host, b->size);
+        if (b->xfer != NULL) {
+            /* Its restore's copy in is before this copy out on the copy
+             * queue: its end is this xfer's concern now, and the host
+             * block stays (it is the copy out's target). */
+            xfer_unref_locked(dev, xfer_detach_locked(dev, b));
+        }
+        if (x == NULL && wrc != SW_OK) {
+            /* The copies were waited for and one failed: the buffers stay
+             * resident and intact (their memory was never given up). */
+            sw__host_put_locked(dev, b->host, b->host_size, b->host_pinned);
             b->host = NULL;
             sw__lru_insert_locked(dev, b);
-            sw__maybe_release_locked(dev, b); /* freed meanwhile? */
             continue;
         }
         sw__cache_put_locked(dev, b->mem, b->alloc_size);
@@ -283,12 +439,14 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
         dev->spills++;
         dev->spilled_bytes_total += b->size;
         *spilled += b->alloc_size;
-        sw__maybe_release_locked(dev, b);
+        SW__TRACE(dev, SW_TRACE_SPILL_BEGIN, b, b->alloc_size, 0, 0);
+        if (x != NULL)
+            xfer_attach_locked(dev, b, x);
+        else
+            SW__TRACE(dev, SW_TRACE_SPILL_END, b, b->alloc_size, 0, 0);
     }
-    pthread_cond_broadcast(&dev->moved);
-    if (wrc != SW_OK)
+    if (x == NULL && wrc != SW_OK)
         return wrc;
-    dev->spill_seconds += dt;
     return rc == SW_OK || *spilled > 0 ? SW_OK : rc;
 }
 
@@ -296,52 +454,79 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
  * Restoring
  * ---------------------------------------------------------------------- */
 
-int sw__make_resident_locked(sw_device *dev, sw__buf *base)
+int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
+                       bool prefetch)
 {
     sw__assert_locked(dev);
     sw__wait_stable_locked(dev, base);
     if (base->state == SW_RESIDENT)
         return SW_OK;
+    if (base->lost)
+        return sw__xfer_wait_locked(dev, base);
     base->moving = true;
     base->pins++; /* alive, and never a victim of its own allocation */
+    if (prefetch)
+        SW__TRACE(dev, SW_TRACE_PREFETCH, base, base->alloc_size,
+                  q ? (uint32_t)q->id : 0, 0);
     uintptr_t mem = 0;
-    double t0 = 0;
     int rc = sw__obtain_locked(dev, base->size, base->alloc_size, base->tag,
                                &mem);
+    double t0 = now_seconds();
+    sw__bqueue *cq = copy_queue(dev);
+    /* The new memory's earlier users are ordered on the default queue (the
+     * cache's rule): the copy in waits for them there. */
+    if (rc == SW_OK && dev->copyq != NULL)
+        rc = sw__b_queue_wait(dev, cq, dev->q);
+    if (rc == SW_OK && base->size > 0)
+        rc = sw__b_write_q(dev, cq, mem, 0, base->host, base->size);
+    sw__xfer *x = NULL;
     if (rc == SW_OK) {
-        /* restore_seconds is the copy's own time: not making room (which
-         * counts as spilling), not earlier work still queued. */
-        drain_queue_locked(dev);
-        t0 = now_seconds();
-        rc = sw__b_write(dev, mem, 0, base->host, base->size);
-        if (rc == SW_OK) {
-            sw__bevent *ev = NULL;
-            rc = sw__b_event_record(dev, &ev);
-            if (rc == SW_OK)
-                rc = sw__wait_event_locked(dev, ev);
-            else
-                (void)sw__wait_idle_locked(dev);
-        }
-        if (rc != SW_OK)
-            sw__cache_put_locked(dev, mem, base->alloc_size);
+        x = xfer_record_locked(dev, SW__XFER_RESTORE, t0, &rc);
+        /* A queue other than the default waits for the copy itself. */
+        if (x != NULL && q != NULL && rc == SW_OK)
+            rc = sw__b_wait_event(dev, q->bq, x->ev);
     }
-    if (rc == SW_OK) {
-        sw__host_put_locked(dev, base->host, base->size);
-        base->host = NULL;
+    if (rc != SW_OK) {
+        /* The host copy is kept: nothing is lost. */
+        if (mem != 0)
+            sw__cache_put_locked(dev, mem, base->alloc_size);
+        if (x != NULL) {
+            x->refs = 1;
+            xfer_unref_locked(dev, x);
+        }
+    } else {
+        /* A spill still in flight is before this copy on the copy queue:
+         * its end is this xfer's concern now. */
+        if (base->xfer != NULL)
+            xfer_unref_locked(dev, xfer_detach_locked(dev, base));
         base->mem = mem;
         base->state = SW_RESIDENT;
         dev->spilled -= base->alloc_size;
         sw__note_in_use_locked(dev, base->alloc_size);
         dev->restores++;
         dev->restored_bytes_total += base->size;
-        dev->restore_seconds += now_seconds() - t0;
         base->last_use = ++dev->clock;
         if (base->exposed == 0)
             sw__lru_insert_locked(dev, base);
+        SW__TRACE(dev, SW_TRACE_RESTORE_BEGIN, base, base->alloc_size,
+                  q ? (uint32_t)q->id : 0, prefetch);
+        if (x != NULL) {
+            xfer_attach_locked(dev, base, x); /* host back when done */
+        } else {
+            sw__host_put_locked(dev, base->host, base->host_size,
+                                base->host_pinned);
+            base->host = NULL;
+            SW__TRACE(dev, SW_TRACE_RESTORE_END, base, base->alloc_size, 0,
+                      0);
+        }
     }
-    /* On failure the host copy is kept: nothing is lost. */
     base->moving = false;
     pthread_cond_broadcast(&dev->moved);
     sw__unpin_locked(dev, base);
     return rc;
+}
+
+int sw__make_resident_locked(sw_device *dev, sw__buf *base)
+{
+    return sw__restore_locked(dev, base, NULL, false);
 }

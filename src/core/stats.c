@@ -19,19 +19,16 @@ void sw__note_in_use_locked(sw_device *dev, uint64_t delta)
     dev->in_use += delta;
     if (dev->in_use > dev->peak)
         dev->peak = dev->in_use;
+    sw__note_reserved_locked(dev);
     sw__scope *s = dev->scope_last;
     if (s != NULL && dev->in_use > s->peak)
         s->peak = dev->in_use;
 }
 
-SW_API int sw_memory_info_get(sw_device *dev, sw_memory_info *out)
+void sw__memory_info_locked(sw_device *dev, sw_memory_info *out)
 {
-    if (out == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
+    sw__assert_locked(dev);
     memset(out, 0, sizeof *out);
-    int rc = sw__device_enter(dev);
-    if (rc != SW_OK)
-        return rc;
     uint64_t dfree = 0, dtotal = 0;
     int known = 0;
     if (sw__b_mem_info(dev, &dfree, &dtotal, &known) != SW_OK) {
@@ -58,6 +55,23 @@ SW_API int sw_memory_info_get(sw_device *dev, sw_memory_info *out)
     out->alloc_retries = dev->alloc_retries;
     out->ooms = dev->ooms;
     out->gc_runs = dev->gc_runs;
+    out->peak_reserved = dev->peak_reserved;
+    out->live_buffers = dev->live_count;
+    out->host_pool = dev->hpool.bytes;
+    out->host_pool_limit = dev->hpool.limit;
+}
+
+SW_API int sw_memory_info_get(sw_device *dev, sw_memory_info *out)
+{
+    if (out == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
+    memset(out, 0, sizeof *out);
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    if (dev->xfers != NULL) /* copies done count in the figures now */
+        sw__xfer_poll_locked(dev);
+    sw__memory_info_locked(dev, out);
     sw__unlock(dev);
     return SW_OK;
 }
@@ -68,6 +82,62 @@ SW_API int sw_reset_peak(sw_device *dev)
     if (rc != SW_OK)
         return rc;
     dev->peak = dev->in_use;
+    dev->peak_reserved = dev->in_use + dev->cached;
+    sw__unlock(dev);
+    return SW_OK;
+}
+
+SW_API int sw_reset_counters(sw_device *dev)
+{
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    dev->allocs = dev->frees = dev->spills = dev->restores = 0;
+    dev->spilled_bytes_total = dev->restored_bytes_total = 0;
+    dev->spill_seconds = dev->restore_seconds = 0;
+    dev->alloc_retries = dev->ooms = dev->gc_runs = 0;
+    sw__unlock(dev);
+    return SW_OK;
+}
+
+void sw__snapshot_locked(sw_device *dev, sw_buffer_info *out, size_t cap,
+                         size_t *count)
+{
+    sw__assert_locked(dev);
+    size_t i = 0;
+    for (const sw__buf *b = dev->live; b != NULL; b = b->live_next, i++) {
+        if (i >= cap)
+            continue;
+        sw_buffer_info *o = &out[i];
+        memset(o, 0, sizeof *o);
+        o->id = b->id;
+        o->size = b->size;
+        o->alloc_size = b->alloc_size;
+        o->state = (sw_buffer_state)b->state;
+        o->external = b->external;
+        o->moving = b->moving;
+        o->pins = b->pins;
+        o->leases = b->exposed;
+        o->views = b->children;
+        o->handles = sw__slot_live(&b->h) ? b->user_refs : 0;
+        o->last_use = b->last_use;
+        o->queues = b->qmask;
+        memcpy(o->tag, b->tag, sizeof o->tag);
+    }
+    *count = i;
+}
+
+SW_API int sw_memory_snapshot(sw_device *dev, sw_buffer_info *out,
+                              size_t cap, size_t *count)
+{
+    if (count == NULL || (out == NULL && cap > 0))
+        return sw__errorf(SW_ERR_INVALID_ARG, "count is NULL, or out is "
+                          "NULL with cap %zu", cap);
+    *count = 0;
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    sw__snapshot_locked(dev, out, cap, count);
     sw__unlock(dev);
     return SW_OK;
 }
@@ -193,6 +263,8 @@ SW_API int sw_set_memory_budget(sw_device *dev, uint64_t bytes)
     if (rc != SW_OK)
         return rc;
     dev->budget = bytes;
+    SW__TRACE(dev, SW_TRACE_BUDGET, NULL, 0, 0, bytes);
+    sw__enforce_budget_locked(dev);
     sw__unlock(dev);
     return SW_OK;
 }

@@ -223,16 +223,16 @@ TEST(budget_below_held)
     sw_device *dev = test_device();
     sw_buffer *a = test_alloc(dev, KiB(256), "held");
     test_write_pattern(a, 4);
-    /* A budget below what is held is accepted... */
+    /* A budget below what is held is accepted even when nothing can move
+     * (the held buffer pinned, so that it cannot be spilled)... */
+    test_pin(a);
     ASSERT_OK(sw_set_memory_budget(dev, KiB(128)));
     uint64_t b = 0;
     ASSERT_OK(sw_get_memory_budget(dev, &b));
     ASSERT_UEQ(b, KiB(128));
     /* ...existing buffers keep working... */
     test_expect_pattern(a, 4);
-    /* ...and the next allocation that needs room fails (the held buffer
-     * pinned, so that it cannot be moved out of the way). */
-    test_pin(a);
+    /* ...and the next allocation that needs room fails. */
     sw_buffer *out = NULL;
     ASSERT_ERR(sw_buffer_alloc(dev, 1024, "no-room", &out), SW_ERR_OOM);
     ASSERT_NULL(out);
@@ -269,4 +269,163 @@ TEST(budget_zero_is_none)
     ASSERT_OK(sw_buffer_free(b));
     /* Without a budget freed blocks stay cached. */
     ASSERT_UEQ(test_info_synced(dev).cached, KiB(1152));
+}
+
+/* A budget below what is held spills at once, least recently used first,
+ * down to the budget (the cache first), and loses nothing. */
+TEST(budget_below_held_spills_at_once)
+{
+    sw_device *dev = test_device();
+    sw_buffer *old = test_alloc(dev, KiB(256), "oldest");
+    sw_buffer *mid = test_alloc(dev, KiB(64), "middle");
+    sw_buffer *cached = test_alloc(dev, KiB(32), "to the cache");
+    sw_buffer *recent = test_alloc(dev, KiB(64), "recent");
+    test_write_pattern(old, 1);
+    test_write_pattern(mid, 2);
+    test_write_pattern(recent, 3);
+    ASSERT_OK(sw_buffer_free(cached));
+    sw_memory_info before = test_info_synced(dev);
+    ASSERT_UEQ(before.in_use, KiB(384));
+    ASSERT_UEQ(before.cached, KiB(32));
+
+    ASSERT_OK(sw_set_memory_budget(dev, KiB(160)));
+    sw_memory_info after = test_info_synced(dev);
+    ASSERT_ULE(after.in_use + after.cached, KiB(160));
+    ASSERT_UEQ(after.cached, 0);
+    /* The oldest went (256 KiB), the rest fit. */
+    sw_buffer_state st;
+    ASSERT_OK(sw_buffer_state_get(old, &st));
+    ASSERT_EQ(st, SW_SPILLED);
+    ASSERT_OK(sw_buffer_state_get(mid, &st));
+    ASSERT_EQ(st, SW_RESIDENT);
+    ASSERT_UEQ(after.spilled, KiB(256));
+    ASSERT_UEQ(after.spills, before.spills + 1);
+
+    /* Lower again: the least recently used of the rest goes next. */
+    ASSERT_OK(sw_set_memory_budget(dev, KiB(64)));
+    ASSERT_OK(sw_buffer_state_get(mid, &st));
+    ASSERT_EQ(st, SW_SPILLED);
+    ASSERT_OK(sw_buffer_state_get(recent, &st));
+    ASSERT_EQ(st, SW_RESIDENT);
+    test_expect_pattern(old, 1);
+    test_expect_pattern(mid, 2);
+    test_expect_pattern(recent, 3);
+
+    /* Raising it moves nothing back: only the device brings buffers in. */
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_OK(sw_buffer_state_get(old, &st));
+    ASSERT_EQ(st, SW_SPILLED);
+    ASSERT_OK(sw_buffer_free(recent));
+    ASSERT_OK(sw_buffer_free(mid));
+    ASSERT_OK(sw_buffer_free(old));
+}
+
+TEST(peak_reserved_and_counters)
+{
+    sw_device *dev = test_device();
+    ASSERT_OK(sw_reset_peak(dev));
+    sw_memory_info i0 = test_info_synced(dev);
+    sw_buffer *a = test_alloc(dev, KiB(64), "a");
+    sw_buffer *b = test_alloc(dev, KiB(32), "b");
+    ASSERT_OK(sw_buffer_free(b)); /* cached: reserved stays 96 KiB */
+    sw_memory_info i1 = test_info_synced(dev);
+    ASSERT_UEQ(i1.peak_reserved, i0.in_use + i0.cached + KiB(96));
+    ASSERT_UEQ(i1.live_buffers, i0.live_buffers + 1);
+    ASSERT_OK(sw_empty_cache(dev));
+    ASSERT_UEQ(test_info(dev).peak_reserved, i1.peak_reserved);
+    ASSERT_OK(sw_reset_peak(dev));
+    sw_memory_info i2 = test_info(dev);
+    ASSERT_UEQ(i2.peak_reserved, i2.in_use + i2.cached);
+    ASSERT_UEQ(i2.peak, i2.in_use);
+
+    /* Counters go to zero; the figures that are not counters stay. */
+    ASSERT_UGT(i2.allocs, 0);
+    ASSERT_OK(sw_reset_counters(dev));
+    sw_memory_info i3 = test_info(dev);
+    ASSERT_UEQ(i3.allocs, 0);
+    ASSERT_UEQ(i3.frees, 0);
+    ASSERT_UEQ(i3.ooms, 0);
+    ASSERT_UEQ(i3.spills, 0);
+    ASSERT_UEQ(i3.in_use, i2.in_use);
+    ASSERT_UEQ(i3.peak, i2.peak);
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_UEQ(test_info(dev).frees, 1);
+    ASSERT_ERR(sw_reset_counters(NULL), SW_ERR_INVALID_ARG);
+}
+
+/* The out-of-memory report says, for each large buffer that could not
+ * move, why: pinned, exported (with its lease count), external. */
+TEST(oom_report_says_why_not_moved)
+{
+    sw_device *dev = test_device();
+    sw_buffer *pinned = test_alloc(dev, KiB(200), "pinned-one");
+    sw_buffer *leased = test_alloc(dev, KiB(150), "leased-one");
+    sw_buffer *free_one = test_alloc(dev, KiB(100), "movable-one");
+    test_pin(pinned);
+    sw_devmem ptr;
+    sw_lease *l1 = NULL, *l2 = NULL;
+    ASSERT_OK(sw_buffer_expose(leased, &ptr, &l1));
+    ASSERT_OK(sw_buffer_expose(leased, &ptr, &l2));
+    sw_buffer *wrapped = NULL;
+    ASSERT_OK(sw_buffer_wrap(dev, ptr, KiB(120), "wrapped-one", &wrapped));
+    ASSERT_OK(sw_set_memory_budget(dev, KiB(460)));
+    sw_buffer *out = NULL;
+    ASSERT_ERR(sw_buffer_alloc(dev, KiB(300), "too-much", &out), SW_ERR_OOM);
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s", sw_last_error());
+    ASSERT_STR_CONTAINS(msg, "'pinned-one' RESIDENT, pinned by a launch");
+    ASSERT_STR_CONTAINS(msg, "'leased-one' RESIDENT, exported (2 leases)");
+    ASSERT_STR_CONTAINS(msg, "'wrapped-one' external");
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_OK(sw_buffer_free(wrapped));
+    ASSERT_OK(sw_lease_release(l2));
+    ASSERT_OK(sw_lease_release(l1));
+    test_unpin_free(pinned);
+    ASSERT_OK(sw_buffer_free(leased));
+    ASSERT_OK(sw_buffer_free(free_one));
+}
+
+TEST(memory_snapshot)
+{
+    sw_device *dev = test_device();
+    size_t n = 99;
+    ASSERT_OK(sw_memory_snapshot(dev, NULL, 0, &n));
+    size_t base = n;
+    sw_buffer *a = test_alloc(dev, 1000, "snap-a");
+    sw_buffer *b = test_alloc(dev, KiB(8), "snap-b");
+    sw_buffer *v = NULL;
+    ASSERT_OK(sw_buffer_view(b, 0, 16, &v));
+    test_pin(a);
+    sw_devmem ptr;
+    sw_lease *l = NULL;
+    ASSERT_OK(sw_buffer_expose(b, &ptr, &l));
+    ASSERT_OK(sw_buffer_free(b)); /* the view and lease keep it */
+
+    sw_buffer_info info[8];
+    ASSERT_OK(sw_memory_snapshot(dev, info, 8, &n));
+    ASSERT_EQ(n, base + 2);
+    /* Most recent first. */
+    ASSERT_STR_EQ(info[0].tag, "snap-b");
+    ASSERT_STR_EQ(info[1].tag, "snap-a");
+    ASSERT_UEQ(info[1].size, 1000);
+    ASSERT_UEQ(info[1].alloc_size, 1024);
+    ASSERT_EQ(info[1].pins, 1);
+    ASSERT_EQ(info[1].handles, 1);
+    ASSERT_EQ(info[0].leases, 1);
+    ASSERT_EQ(info[0].views, 1);
+    ASSERT_EQ(info[0].handles, 0);
+    ASSERT_EQ(info[0].state, SW_RESIDENT);
+    ASSERT_TRUE(info[0].id != info[1].id);
+    ASSERT_UGT(info[0].last_use, 0);
+    /* Fewer slots than buffers: the count is still the total. */
+    ASSERT_OK(sw_memory_snapshot(dev, info, 1, &n));
+    ASSERT_EQ(n, base + 2);
+    ASSERT_ERR(sw_memory_snapshot(dev, NULL, 1, &n), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_memory_snapshot(dev, info, 1, NULL), SW_ERR_INVALID_ARG);
+
+    ASSERT_OK(sw_lease_release(l));
+    ASSERT_OK(sw_buffer_free(v));
+    test_unpin_free(a);
+    ASSERT_OK(sw_memory_snapshot(dev, NULL, 0, &n));
+    ASSERT_EQ(n, base);
 }

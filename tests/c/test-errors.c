@@ -540,7 +540,7 @@ TEST(dtype_size)
     ASSERT_EQ(sw_dtype_size(SW_FLOAT64), 8);
     ASSERT_EQ(sw_dtype_size(SW_INT32), 4);
     ASSERT_EQ(sw_dtype_size(SW_INT64), 8);
-    ASSERT_EQ(sw_dtype_size((sw_dtype)4), 0);
+    ASSERT_EQ(sw_dtype_size((sw_dtype)SW_DTYPE_COUNT), 0);
     ASSERT_EQ(sw_dtype_size((sw_dtype)-1), 0);
     ASSERT_EQ(sw_dtype_size((sw_dtype)1000), 0);
 }
@@ -605,4 +605,51 @@ TEST(format_bytes)
     char small[4];
     ASSERT_STR_EQ(sw_format_bytes(1u << 20, small, sizeof small), "1.0");
     ASSERT_STR_EQ(sw_format_bytes(1, NULL, 0), "");
+}
+
+TEST(dtype_table)
+{
+    static const struct {
+        sw_dtype d;
+        const char *name;
+        size_t size;
+        sw_dtype_kind kind;
+    } want[] = {
+        {SW_FLOAT32, "float32", 4, SW_KIND_FLOAT},
+        {SW_FLOAT64, "float64", 8, SW_KIND_FLOAT},
+        {SW_INT32, "int32", 4, SW_KIND_INT},
+        {SW_INT64, "int64", 8, SW_KIND_INT},
+        {SW_BOOL, "bool", 1, SW_KIND_BOOL},
+        {SW_INT8, "int8", 1, SW_KIND_INT},
+        {SW_INT16, "int16", 2, SW_KIND_INT},
+        {SW_UINT8, "uint8", 1, SW_KIND_UINT},
+        {SW_UINT16, "uint16", 2, SW_KIND_UINT},
+        {SW_UINT32, "uint32", 4, SW_KIND_UINT},
+        {SW_UINT64, "uint64", 8, SW_KIND_UINT},
+        {SW_FLOAT16, "float16", 2, SW_KIND_FLOAT},
+        {SW_BFLOAT16, "bfloat16", 2, SW_KIND_FLOAT},
+        {SW_COMPLEX64, "complex64", 8, SW_KIND_COMPLEX},
+        {SW_COMPLEX128, "complex128", 16, SW_KIND_COMPLEX},
+    };
+    ASSERT_EQ(sizeof want / sizeof want[0], SW_DTYPE_COUNT);
+    for (size_t i = 0; i < SW_DTYPE_COUNT; i++) {
+        ASSERT_EQ((int)want[i].d, (int)i);
+        ASSERT_STR_EQ(sw_dtype_name(want[i].d), want[i].name);
+        ASSERT_EQ(sw_dtype_size(want[i].d), want[i].size);
+        sw_dtype_kind k;
+        ASSERT_OK(sw_dtype_kind_get(want[i].d, &k));
+        ASSERT_EQ(k, want[i].kind);
+        sw_dtype back;
+        ASSERT_OK(sw_dtype_from_name(want[i].name, &back));
+        ASSERT_EQ(back, want[i].d);
+    }
+    sw_dtype d;
+    ASSERT_ERR(sw_dtype_from_name("float8", &d), SW_ERR_DTYPE);
+    ASSERT_ERR(sw_dtype_from_name("", &d), SW_ERR_DTYPE);
+    ASSERT_ERR(sw_dtype_from_name(NULL, &d), SW_ERR_INVALID_ARG);
+    sw_dtype_kind k;
+    ASSERT_ERR(sw_dtype_kind_get((sw_dtype)SW_DTYPE_COUNT, &k), SW_ERR_DTYPE);
+    ASSERT_NULL(sw_dtype_name((sw_dtype)-1));
+    /* A sum of complex128 fits a scalar. */
+    ASSERT_GE(sizeof(sw_scalar), 16);
 }

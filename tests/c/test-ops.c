@@ -123,7 +123,7 @@ static void reference(sw_kernel k, sw_dtype dt, size_t n, const void *a,
 static sw_scalar reference_sum(sw_dtype dt, const void *a, size_t n)
 {
     sw_scalar s;
-    s.i = 0;
+    memset(&s, 0, sizeof s); /* the whole union, as the library returns */
     if (is_float(dt)) {
         double acc = 0;
         for (size_t i = 0; i < n; i++)
@@ -644,7 +644,7 @@ TEST(ops_bad_dtype)
     sw_buffer *b = test_alloc(dev, 64, "b");
     test_write_pattern(a, 1);
     test_write_pattern(b, 2);
-    sw_dtype bad[] = {(sw_dtype)4, (sw_dtype)-1, (sw_dtype)99};
+    sw_dtype bad[] = {(sw_dtype)SW_DTYPE_COUNT, (sw_dtype)-1, (sw_dtype)99};
     for (size_t k = 0; k < 3; k++) {
         sw_dtype dt = bad[k];
         sw_scalar one = {.i = 1};
@@ -960,7 +960,7 @@ TEST(launch_bad_args)
     args.kernel = (sw_kernel)-1;
     ASSERT_ERR(sw_launch_kernel(dev, &args), SW_ERR_INVALID_ARG);
     args.kernel = SW_KERNEL_ADD;
-    args.dtype = (sw_dtype)4;
+    args.dtype = (sw_dtype)SW_DTYPE_COUNT;
     ASSERT_ERR(sw_launch_kernel(dev, &args), SW_ERR_DTYPE);
     args.dtype = (sw_dtype)-7;
     ASSERT_ERR(sw_launch_kernel(dev, &args), SW_ERR_DTYPE);
@@ -970,5 +970,50 @@ TEST(launch_bad_args)
     ASSERT_OK(sw_launch_end(dev, bufs, 1));
     ASSERT_OK(sw_device_synchronize(dev));
     test_expect_pattern(a, 5);
+    ASSERT_OK(sw_buffer_free(a));
+}
+
+/* bool holds truth values: fill, copy and sum only; the refusal says so
+ * and changes nothing. */
+TEST(ops_bool_arithmetic_refused)
+{
+    sw_device *dev = test_device();
+    sw_buffer *a = test_alloc(dev, 64, "bools");
+    test_write_pattern(a, 7);
+    sw_scalar one = {.i = 1};
+    ASSERT_ERR(sw_op_add(a, a, a, SW_BOOL, 64), SW_ERR_DTYPE);
+    ASSERT_STR_CONTAINS(sw_last_error(), "bool");
+    ASSERT_ERR(sw_op_scale(a, a, one, SW_BOOL, 64), SW_ERR_DTYPE);
+    ASSERT_ERR(sw_op_axpy(one, a, a, SW_BOOL, 64), SW_ERR_DTYPE);
+    sw_kernel_args args;
+    memset(&args, 0, sizeof args);
+    args.kernel = SW_KERNEL_ADD;
+    args.dtype = SW_BOOL;
+    args.n = 4;
+    ASSERT_ERR(sw_launch_kernel(dev, &args), SW_ERR_DTYPE);
+    test_expect_pattern(a, 7);
+    ASSERT_OK(sw_buffer_free(a));
+}
+
+/* Every device says which dtypes its kernels support; one it does not is
+ * refused naming the device, before anything is queued. */
+TEST(ops_dtype_support_mask)
+{
+    sw_device *dev = test_device();
+    uint32_t mask = 0;
+    ASSERT_OK(sw_device_dtypes(dev, &mask));
+    ASSERT_TRUE(mask & (1u << SW_FLOAT32));
+    ASSERT_TRUE(mask & (1u << SW_INT32));
+    ASSERT_ERR(sw_device_dtypes(dev, NULL), SW_ERR_INVALID_ARG);
+    sw_buffer *a = test_alloc(dev, 256, "typed");
+    test_write_pattern(a, 8);
+    for (int d = 0; d < SW_DTYPE_COUNT; d++) {
+        if (mask & (1u << d) || d == SW_BOOL)
+            continue;
+        ASSERT_ERR(sw_op_add(a, a, a, (sw_dtype)d, 4), SW_ERR_DTYPE);
+        ASSERT_STR_CONTAINS(sw_last_error(), sw_device_name(dev));
+        ASSERT_STR_CONTAINS(sw_last_error(), sw_dtype_name((sw_dtype)d));
+    }
+    test_expect_pattern(a, 8);
     ASSERT_OK(sw_buffer_free(a));
 }

@@ -7,6 +7,20 @@
 #define SW_TESTS_H
 
 #define SW_TEST_LIST(X)                                                       \
+    /* test-inflight.c */                                                     \
+    X(inflight_read_write)                                                    \
+    X(inflight_free)                                                          \
+    X(inflight_relaunch_and_spill_again)                                      \
+    X(inflight_prefetch)                                                      \
+    X(inflight_copy_fault_keeps_buffer)                                       \
+    X(host_pool_bound)                                                        \
+    X(thread_inflight)                                                        \
+    /* test-trace.c */                                                        \
+    X(trace_every_kind_replays)                                               \
+    X(trace_ring_bound)                                                       \
+    X(thread_trace_dump_while_allocating)                                     \
+    X(trace_callback_and_bad_input)                                           \
+    X(stats_export_file)                                                      \
     /* test-hostoom.c */                                                      \
     X(hostoom_every_path)                                                     \
     X(hostoom_persistent)                                                     \
@@ -22,6 +36,7 @@
     X(stale_queue_scope_lease_handles)                                        \
     X(handles_of_another_type)                                                \
     X(dtype_size)                                                             \
+    X(dtype_table)                                                            \
     X(parse_size)                                                             \
     X(format_bytes)                                                           \
     /* test-device.c */                                                       \
@@ -60,6 +75,10 @@
     X(budget_oom_message)                                                     \
     X(budget_below_one_alloc)                                                 \
     X(budget_below_held)                                                      \
+    X(budget_below_held_spills_at_once)                                       \
+    X(peak_reserved_and_counters)                                             \
+    X(oom_report_says_why_not_moved)                                          \
+    X(memory_snapshot)                                                        \
     X(budget_zero_is_none)                                                    \
     /* test-oom.c */                                                          \
     X(oom_fill_device)                                                        \
@@ -83,6 +102,8 @@
     X(buffer_copy)                                                            \
     X(buffer_fill)                                                            \
     /* test-ops.c */                                                          \
+    X(ops_bool_arithmetic_refused)                                            \
+    X(ops_dtype_support_mask)                                                 \
     X(ops_fill)                                                               \
     X(ops_add)                                                                \
     X(ops_scale)                                                              \

@@ -244,3 +244,61 @@ def test_tour(args):
             in p.stdout)
     if args:
         assert "budget set to 2.00 MiB" in p.stdout
+
+
+# --- top: another terminal's view ---------------------------------------------
+
+
+def test_top_watches_a_running_program(tmp_path):
+    stats = tmp_path / "stats.json"
+    e = {k: v for k, v in os.environ.items() if not k.startswith("SPILLWAY_")}
+    e.update(SPILLWAY_SIM_MEMORY="64M", SPILLWAY_STATS=str(stats))
+    demo = subprocess.Popen([str(BINARY), "demo", "--steps", "256",
+                             "--budget", "8M"], env=e,
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        import time
+        for _ in range(200):
+            if stats.exists():
+                break
+            time.sleep(0.02)
+        assert stats.exists(), "SPILLWAY_STATS was never written"
+        p = run("top", "--once", str(stats))
+        assert p.returncode == 0, p.stderr
+        lines = p.stdout.splitlines()
+        assert lines[0].startswith("spillway top: %s, pid %d"
+                                   % (stats, demo.pid))
+        header = lines[2].split()
+        for col in ("in", "use", "cached", "spilled", "budget", "spills"):
+            assert col in header, header
+        assert lines[3].split()[0] == "sim:0"
+        # From the environment, and a few refreshes.
+        p = run("top", "--count", "2", "--interval", "0.05",
+                env={"SPILLWAY_STATS": str(stats)})
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.count("spillway top:") == 2
+    finally:
+        demo.wait(timeout=120)
+    assert demo.returncode == 0
+
+
+def test_top_bad_input(tmp_path):
+    usage_error(run("top"), "no stats file")
+    usage_error(run("top", "--interval", "0", "x"), "--interval", "'0'")
+    usage_error(run("top", "--bogus", "x"), "unknown option '--bogus'")
+    p = run("top", "--once", str(tmp_path / "missing.json"))
+    assert p.returncode == 1
+    assert "missing.json" in p.stderr
+    other = tmp_path / "other.json"
+    other.write_text('{"hello": 1}')
+    p = run("top", "--once", str(other))
+    assert p.returncode == 1
+    assert "not a spillway stats file" in p.stderr
+
+
+def test_plot_needs_a_trace():
+    usage_error(run("plot"), "no TRACE file given")
+    p = run("plot", "--help")
+    assert p.returncode == 0
+    assert "matplotlib" in p.stdout

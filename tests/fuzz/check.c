@@ -24,21 +24,37 @@
  *  - peak >= in_use, and peak never drops except through sw_reset_peak;
  *  - every counter is monotone; spills and restores grew at least by the
  *    state changes seen; device_total never changes;
- *  - the budget: sw_set_memory_budget bounds in_use + cached and "a budget
- *    below what is already held is accepted and enforced lazily: the next
- *    allocation or restore makes room".  in_use + cached grows only when
- *    device memory is obtained for an allocation or a restore (a free or a
- *    spill moves bytes from in_use to cached; a trim or empty_cache lowers
- *    it; a wrapped buffer counts nothing), and obtaining checks the budget
- *    first.  So, for a budget B > 0: once in_use + cached <= B has been
- *    seen, or once an allocation or restore has succeeded under B, it
- *    stays <= B until the budget changes.  Pinned or leased buffers do not
- *    change this: what cannot move makes the allocation fail, not pass.
+ *  - the budget: sw_set_memory_budget bounds in_use + cached; "a budget
+ *    below what is already held takes effect at once: the cache is
+ *    trimmed and least-recently-used buffers are spilled until in_use +
+ *    cached fits, or nothing more can move (what is pinned or leased
+ *    stays; the next allocation is then refused until room is made)".
+ *    in_use + cached grows only when device memory is obtained for an
+ *    allocation or a restore (a free or a spill moves bytes from in_use to
+ *    cached; a trim or empty_cache lowers it; a wrapped buffer counts
+ *    nothing), and obtaining checks the budget first.  So, for a budget
+ *    B > 0: once in_use + cached <= B has been seen, or once an allocation
+ *    or restore has succeeded under B, it stays <= B until the budget
+ *    changes; and right after the budget is set, it either fits or the
+ *    cache is empty and everything resident is pinned or leased (checked
+ *    in ops_account.c).  Pinned or leased buffers make allocations fail,
+ *    not pass.
+ *  - peak_reserved >= in_use + cached and never drops but through
+ *    sw_reset_peak; live_buffers is the number of live bases (owned and
+ *    wrapped); host_pool <= host_pool_limit; after sw_reset_counters every
+ *    counter is 0 and nothing else moved.
+ *  - sw_memory_snapshot agrees with the model on every live base: one
+ *    entry each (matched by sw_buffer_id), with its size and rounded size,
+ *    state, kind (owned or external), pins, leases, views and handles.
+ *  - only the device brings a buffer back (a buffer that came back was
+ *    used on the device in the step), and buffers spill only in steps
+ *    that obtain device memory or set a budget.
  *  - a failed call changed nothing: the shadow is not touched on failure,
  *    so the byte and accounting checks above cover it; for the argument
  *    errors (INVALID_ARG, INVALID_HANDLE, OUT_OF_RANGE, DTYPE, TOO_LARGE,
  *    BUSY, NO_DEVICE) every memory_info field (but device_free, which the
- *    driver reports) and every allocation's state must be exactly as
+ *    driver reports, and host_pool, which copies completing in the
+ *    background refill) and every allocation's state must be exactly as
  *    before the call.  OOM, HOST_OOM and DEVICE may have moved buffers on
  *    the way (spills, restores of earlier operands, trims) but nothing
  *    else, and only ooms/alloc_retries/gc_runs/spill and restore counters
@@ -120,6 +136,9 @@ static void compare_info(fz_engine *e, const char *call, int d,
     SAME(budget) SAME(allocs) SAME(frees) SAME(spills) SAME(restores)
     SAME(spilled_bytes_total) SAME(restored_bytes_total)
     SAME(alloc_retries) SAME(ooms) SAME(gc_runs)
+    /* (Not host_pool: a copy that completes hands its host block back
+     * whenever the device is next entered, as device_free moves.) */
+    SAME(peak_reserved) SAME(live_buffers) SAME(host_pool_limit)
 #undef SAME
     if (a->spill_seconds != b->spill_seconds ||
         a->restore_seconds != b->restore_seconds)
@@ -287,17 +306,88 @@ static void monotone(fz_engine *e, int d, const sw_memory_info *o,
     if (m->f < o->f)                                                          \
         fz_fail(e->w, e, "%s." #f " went down: %" PRIu64 " -> %" PRIu64,     \
                 e->w->spec[d], (uint64_t)o->f, (uint64_t)m->f);
-    MONO(allocs) MONO(frees) MONO(spills) MONO(restores)
-    MONO(spilled_bytes_total) MONO(restored_bytes_total)
-    MONO(alloc_retries) MONO(ooms) MONO(gc_runs)
+    if (!e->dm[d].counters_reset) {
+        MONO(allocs) MONO(frees) MONO(spills) MONO(restores)
+        MONO(spilled_bytes_total) MONO(restored_bytes_total)
+        MONO(alloc_retries) MONO(ooms) MONO(gc_runs)
+        if (m->spill_seconds < o->spill_seconds ||
+            m->restore_seconds < o->restore_seconds)
+            fz_fail(e->w, e, "%s: spill/restore seconds went down",
+                    e->w->spec[d]);
+    }
 #undef MONO
-    if (m->spill_seconds < o->spill_seconds ||
-        m->restore_seconds < o->restore_seconds)
-        fz_fail(e->w, e, "%s: spill/restore seconds went down",
-                e->w->spec[d]);
     if (m->device_total != o->device_total)
         fz_fail(e->w, e, "%s.device_total changed: %" PRIu64 " -> %" PRIu64,
                 e->w->spec[d], o->device_total, m->device_total);
+}
+
+/* The library's own account of every live base (sw_memory_snapshot)
+ * against the model's allocations of d: one entry each, with the same
+ * size, rounded size, state, kind, pins, leases, views and handles. */
+static void check_snapshot(fz_engine *e, int d, const int *state)
+{
+    enum { CAP = FZ_NALLOC + 8 };
+    sw_buffer_info info[CAP];
+    size_t count = 0;
+    int rc = sw_memory_snapshot(e->w->dev[d], info, CAP, &count);
+    if (rc != SW_OK)
+        fz_fail(e->w, e, "sw_memory_snapshot(%s): %s", e->w->spec[d],
+                fz_err(rc));
+    size_t want = 0;
+    for (int a = 0; a < FZ_NALLOC; a++) {
+        fz_alloc *al = &e->alloc[a];
+        if (!al->live || al->devi != d)
+            continue;
+        want++;
+        const sw_buffer_info *bi = NULL;
+        for (size_t k = 0; k < count && k < CAP && bi == NULL; k++)
+            if (info[k].id == al->id)
+                bi = &info[k];
+        if (bi == NULL)
+            fz_fail(e->w, e, "allocation %d (id %llu) is not in the "
+                    "snapshot of %s", a, (unsigned long long)al->id,
+                    e->w->spec[d]);
+        /* References to the base handle: the engine's, and those handed
+         * to host tasks that may or may not have dropped them yet. */
+        uint32_t refs = 0, task = 0;
+        for (int i = 0; i < FZ_NBUF; i++) {
+            fz_buf *b = &e->buf[i];
+            if (b->live && b->alloc == a && !b->view) {
+                refs += (uint32_t)b->refs;
+                task += (uint32_t)b->task_refs;
+            }
+        }
+        if (bi->size != al->size || bi->alloc_size != al->rounded ||
+            (bi->external != 0) != al->external ||
+            (state[a] >= 0 && (int)bi->state != state[a]) ||
+            bi->pins != (uint32_t)al->pins ||
+            bi->leases != (uint32_t)al->leases ||
+            bi->views != (uint32_t)al->views || bi->handles < refs ||
+            bi->handles > refs + task)
+            fz_fail(e->w, e, "the snapshot of allocation %d says size %llu "
+                    "(%llu held), %s, state %d, pins %u, leases %u, views "
+                    "%u, handles %u; the model: %zu (%zu), %s, %d, %d, %d, "
+                    "%d, %u (+%u in tasks)", a,
+                    (unsigned long long)bi->size,
+                    (unsigned long long)bi->alloc_size,
+                    bi->external ? "external" : "owned", (int)bi->state,
+                    bi->pins, bi->leases, bi->views, bi->handles, al->size,
+                    al->rounded, al->external ? "external" : "owned",
+                    state[a], al->pins, al->leases, al->views, refs, task);
+    }
+    if (count != want)
+        fz_fail(e->w, e, "%s: the snapshot lists %zu live buffers, the model "
+                "%zu", e->w->spec[d], count, want);
+}
+
+/* Live bases of d in the model: owned and wrapped (external) ones. */
+static uint64_t live_count(fz_engine *e, int d)
+{
+    uint64_t n = 0;
+    for (int a = 0; a < FZ_NALLOC; a++)
+        n += e->alloc[a].live && e->alloc[a].devi == d &&
+             e->alloc[a].shared < 0;
+    return n;
 }
 
 static void check_device(fz_engine *e, int d, uint64_t went_out,
@@ -346,11 +436,16 @@ static void check_device(fz_engine *e, int d, uint64_t went_out,
                         "enforced", w->spec[d], m.in_use, m.cached,
                         m.budget);
         }
-        if (dm->have_last && m.spills - dm->last.spills < went_out)
+        if (m.live_buffers != live_count(e, d))
+            fz_fail(w, e, "%s: live_buffers %" PRIu64 ", the model has %"
+                    PRIu64, w->spec[d], m.live_buffers, live_count(e, d));
+        if (dm->have_last && !dm->counters_reset &&
+            m.spills - dm->last.spills < went_out)
             fz_fail(w, e, "%s: %" PRIu64 " buffers were spilled but spills "
                     "grew by %" PRIu64, w->spec[d], went_out,
                     m.spills - dm->last.spills);
-        if (dm->have_last && m.restores - dm->last.restores < came_in)
+        if (dm->have_last && !dm->counters_reset &&
+            m.restores - dm->last.restores < came_in)
             fz_fail(w, e, "%s: %" PRIu64 " buffers were restored but "
                     "restores grew by %" PRIu64, w->spec[d], came_in,
                     m.restores - dm->last.restores);
@@ -362,11 +457,23 @@ static void check_device(fz_engine *e, int d, uint64_t went_out,
     if (m.peak < m.in_use)
         fz_fail(w, e, "%s: peak %" PRIu64 " < in_use %" PRIu64, w->spec[d],
                 m.peak, m.in_use);
+    /* peak_reserved: the highest in_use + cached since open or a reset. */
+    if (m.peak_reserved < m.in_use + m.cached)
+        fz_fail(w, e, "%s: peak_reserved %" PRIu64 " < in_use + cached %"
+                PRIu64, w->spec[d], m.peak_reserved, m.in_use + m.cached);
+    /* Only idle blocks of the host pool count against its bound. */
+    if (m.host_pool > m.host_pool_limit)
+        fz_fail(w, e, "%s: host_pool %" PRIu64 " > its limit %" PRIu64,
+                w->spec[d], m.host_pool, m.host_pool_limit);
     if (dm->have_last) {
         monotone(e, d, &dm->last, &m);
         if (!dm->peak_reset && !w->threaded && m.peak < dm->last.peak)
             fz_fail(w, e, "%s: peak went down without a reset: %" PRIu64
                     " -> %" PRIu64, w->spec[d], dm->last.peak, m.peak);
+        if (!dm->peak_reset && !w->threaded &&
+            m.peak_reserved < dm->last.peak_reserved)
+            fz_fail(w, e, "%s: peak_reserved went down without a reset",
+                    w->spec[d]);
         if (!w->threaded) { /* (the soak reports the device's own) */
             atomic_fetch_add(&w->stats.spills_seen,
                              m.spills - dm->last.spills);
@@ -384,6 +491,7 @@ static void check_device(fz_engine *e, int d, uint64_t went_out,
     dm->last = m;
     dm->have_last = true;
     dm->peak_reset = false;
+    dm->counters_reset = false;
     *out = m;
 }
 
@@ -501,7 +609,10 @@ static void check(fz_engine *e, bool bytes)
         al->state = s1[a];
     }
     sw_memory_info m[FZ_MAX_DEV];
-    for (int d = 0; d < w->ndev; d++)
+    for (int d = 0; d < w->ndev; d++) {
         check_device(e, d, went_out[d], came_in[d], &m[d]);
+        if (!w->threaded)
+            check_snapshot(e, d, s1);
+    }
     check_scopes(e, m);
 }

@@ -40,6 +40,8 @@ void fz_engine_init(fz_engine *e, fz_world *w, int index)
         dm->gc_runs = m.gc_runs;
         dm->last = m;
         dm->have_last = true;
+        if (sw_device_dtypes(w->dev[d], &dm->dtypes) != SW_OK)
+            fz_fail(w, e, "sw_device_dtypes(%s)", w->spec[d]);
         for (int k = 0; k < FZ_NCALLBACK; k++) {
             fz_callback *cb = &w->cb[d][k];
             pthread_mutex_lock(&cb->mu);
@@ -105,6 +107,12 @@ int fz_new_alloc(fz_engine *e, int devi, size_t size, bool external)
 int fz_new_buf(fz_engine *e, sw_buffer *h, int a, size_t off, size_t size,
                bool view, const char *tag)
 {
+    if (!view) {
+        uint64_t id = 0;
+        if (sw_buffer_id(h, &id) != SW_OK || id == 0)
+            fz_fail(e->w, e, "sw_buffer_id of a new buffer");
+        e->alloc[a].id = id;
+    }
     int i = fz_free_buf_slot(e);
     if (i < 0)
         return -1;

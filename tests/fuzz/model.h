@@ -220,6 +220,7 @@ typedef struct fz_alloc {
     int state;        /* SW_RESIDENT / SW_SPILLED at the last check */
     bool readonly;    /* a shared buffer's view (threaded) */
     int shared;       /* index into world->shared, or -1 */
+    uint64_t id;      /* sw_buffer_id: its entry in sw_memory_snapshot */
 } fz_alloc;
 
 /* A handle the engine holds. */
@@ -303,6 +304,8 @@ typedef struct fz_devmodel {
     sw_memory_info last;     /* at the last check */
     bool have_last;
     bool peak_reset;         /* sw_reset_peak since the last check */
+    bool counters_reset;     /* sw_reset_counters since the last check */
+    uint32_t dtypes;         /* sw_device_dtypes */
     uint64_t peak_floor;     /* peak may not drop below this */
 } fz_devmodel;
 
@@ -507,9 +510,12 @@ bool fz_op_misuse(fz_engine *e, fz_src *s, unsigned k);
 fz_expect fz_expect_for(fz_engine *e, const int *slots, int n);
 
 /* A devmem the library gave for handle i is the allocation's memory at
- * the handle's offset (and, on a host-addressable device, holds the
- * shadow's bytes) (ops_lease.c). */
-void fz_check_devmem(fz_engine *e, int i, sw_devmem m, const char *what);
+ * the handle's offset (and, with bytes, on a host-addressable device,
+ * holds the shadow's bytes: after sw_buffer_device_ptr and
+ * sw_buffer_expose, which wait for a restore's copy; sw_launch_begin
+ * does not, its launches being queued behind it) (ops_lease.c). */
+void fz_check_devmem(fz_engine *e, int i, sw_devmem m, const char *what,
+                     bool bytes);
 /* The shadow's built-in kernels and the sum's check (ops_kernel.c). */
 void fz_apply_kernel(sw_kernel k, sw_dtype d, size_t n, unsigned char *out,
                      const unsigned char *a, const unsigned char *b,

@@ -37,6 +37,10 @@ static bool op_budget(fz_engine *e, fz_src *s)
     }
     fz_note(e, "budget %s = %" PRIu64 " (in_use %" PRIu64 " cached %"
             PRIu64 ")", e->w->spec[d], b, m.in_use, m.cached);
+    /* "A budget below what is already held takes effect at once": the
+     * cache is trimmed and buffers spilled until it fits, or nothing more
+     * can move. */
+    e->may_spill = true;
     int rc = sw_set_memory_budget(e->w->dev[d], b);
     fz_result(e, "sw_set_memory_budget", rc, FZ_OK, 0, NULL);
     fz_devmodel *dm = &e->dm[d];
@@ -45,6 +49,23 @@ static bool op_budget(fz_engine *e, fz_src *s)
         m = info(e, d);
         dm->budget_enforced = b == 0 || m.in_use + m.cached <= b;
         dm->restores_at_budget = m.restores;
+        /* When it does not fit, only what cannot move is left: the cache
+         * is empty and every resident allocation is pinned or leased
+         * (unless a fault made a spill fail: "the budget still stands"). */
+        if (!dm->budget_enforced && !e->fault_armed) {
+            uint64_t fixed = 0;
+            for (int a = 0; a < FZ_NALLOC; a++) {
+                fz_alloc *al = &e->alloc[a];
+                if (al->live && al->devi == d && !al->external &&
+                    (al->pins > 0 || al->leases > 0))
+                    fixed += al->rounded;
+            }
+            if (m.cached != 0 || m.in_use != fixed)
+                fz_fail(e->w, e, "budget %" PRIu64 " set and not met: "
+                        "in_use %" PRIu64 " cached %" PRIu64 ", but only %"
+                        PRIu64 " is pinned or leased", b, m.in_use,
+                        m.cached, fixed);
+        }
     }
     uint64_t got = 1;
     rc = sw_get_memory_budget(e->w->dev[d], &got);
@@ -77,10 +98,67 @@ static bool op_reset_peak(fz_engine *e, fz_src *s)
             e->scope[k].reset_since = true;
     if (!e->w->threaded) {
         sw_memory_info m = info(e, d);
-        if (m.peak != m.in_use)
-            fz_fail(e->w, e, "peak %" PRIu64 " != in_use %" PRIu64
-                    " after sw_reset_peak", m.peak, m.in_use);
+        if (m.peak != m.in_use || m.peak_reserved != m.in_use + m.cached)
+            fz_fail(e->w, e, "peak %" PRIu64 ", peak_reserved %" PRIu64
+                    " after sw_reset_peak (in_use %" PRIu64 ", cached %"
+                    PRIu64 ")", m.peak, m.peak_reserved, m.in_use,
+                    m.cached);
     }
+    return true;
+}
+
+/* Counters to zero (the peaks and what is held stay).  One engine only:
+ * another's counts would go down under its feet. */
+static bool op_reset_counters(fz_engine *e, fz_src *s)
+{
+    if (e->w->threaded)
+        return false;
+    int d = fz_pick_dev(e, s);
+    fz_note(e, "reset_counters %s", e->w->spec[d]);
+    sw_memory_info before = info(e, d);
+    int rc = sw_reset_counters(e->w->dev[d]);
+    fz_result(e, "sw_reset_counters", rc, FZ_OK, 0, NULL);
+    sw_memory_info m = info(e, d);
+    if (m.allocs || m.frees || m.spills || m.restores ||
+        m.spilled_bytes_total || m.restored_bytes_total || m.alloc_retries ||
+        m.ooms || m.gc_runs || m.spill_seconds != 0 ||
+        m.restore_seconds != 0 || m.in_use != before.in_use ||
+        m.cached != before.cached || m.spilled != before.spilled ||
+        m.peak != before.peak || m.peak_reserved != before.peak_reserved)
+        fz_fail(e->w, e, "after sw_reset_counters: allocs %" PRIu64
+                " frees %" PRIu64 " ooms %" PRIu64 "; in_use, cached, "
+                "spilled and the peaks must stay", m.allocs, m.frees,
+                m.ooms);
+    fz_devmodel *dm = &e->dm[d];
+    dm->allocs = dm->frees = dm->gc_runs = 0;
+    dm->restores_at_budget = 0;
+    dm->counters_reset = true;
+    return true;
+}
+
+/* The host staging pool: a bound, and giving it all back. */
+static bool op_host_pool(fz_engine *e, fz_src *s)
+{
+    int d = fz_pick_dev(e, s);
+    if (fz_u8(s) & 1) {
+        fz_note(e, "release_host_pool %s", e->w->spec[d]);
+        int rc = sw_release_host_pool(e->w->dev[d]);
+        fz_result(e, "sw_release_host_pool", rc, FZ_OK, 0, NULL);
+        if (!e->w->threaded && info(e, d).host_pool != 0)
+            fz_fail(e->w, e, "host_pool is not 0 after "
+                    "sw_release_host_pool");
+        return true;
+    }
+    static const uint64_t limits[] = {0, 4096, 1u << 16, 1u << 20, 1u << 30};
+    uint64_t lim = limits[fz_below(s, 5)];
+    fz_note(e, "host_pool_limit %s = %" PRIu64, e->w->spec[d], lim);
+    int rc = sw_set_host_pool_limit(e->w->dev[d], lim);
+    fz_result(e, "sw_set_host_pool_limit", rc, FZ_OK, 0, NULL);
+    sw_memory_info m = info(e, d);
+    if (!e->w->threaded && (m.host_pool_limit != lim || m.host_pool > lim))
+        fz_fail(e->w, e, "host pool %" PRIu64 " of limit %" PRIu64
+                " after setting it to %" PRIu64, m.host_pool,
+                m.host_pool_limit, lim);
     return true;
 }
 
@@ -227,6 +305,8 @@ bool fz_op_account(fz_engine *e, fz_src *s, unsigned k)
         e->burst_left = 2 + (int)fz_below(s, 8);
         fz_note(e, "burst of %d steps", e->burst_left);
         return false;
+    case 9: return op_reset_counters(e, s);
+    case 10: return op_host_pool(e, s);
     default:
         return fz_u8(s) < 128 ? op_open_close(e, s) : op_budget_get(e, s);
     }

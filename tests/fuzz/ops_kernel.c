@@ -219,6 +219,8 @@ static bool op_elementwise(fz_engine *e, fz_src *s, sw_kernel k)
     if (oi < 0)
         return false;
     int devi = e->alloc[e->buf[oi].alloc].devi;
+    if (!(e->dm[devi].dtypes >> d & 1u))
+        return false; /* (the device cannot compute with it) */
     int ai = -1, bi = -1;
     if (k != SW_KERNEL_FILL) {
         ai = fz_u8(s) < 48 ? oi : fz_pick_buf_dev(e, s, devi, false);
@@ -304,6 +306,8 @@ static bool op_sum(fz_engine *e, fz_src *s)
         return false;
     fz_buf *b = &e->buf[ai];
     int devi = e->alloc[b->alloc].devi;
+    if (!(e->dm[devi].dtypes >> d & 1u))
+        return false;
     size_t nmax = b->size / es;
     size_t n = fz_u8(s) < 128 ? nmax : fz_below(s, nmax + 1);
     bool bad = n > 0 && misaligned(e, ai, es);

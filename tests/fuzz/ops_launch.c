@@ -67,7 +67,8 @@ static bool op_begin(fz_engine *e, fz_src *s)
     for (int k = 0; k < n; k++) {
         fz_expect_resident(e, ln->slot[k], "sw_launch_begin");
         if (!e->w->threaded)
-            fz_check_devmem(e, ln->slot[k], ptr[k], "sw_launch_begin");
+            fz_check_devmem(e, ln->slot[k], ptr[k], "sw_launch_begin",
+                            false);
     }
     return true;
 }
@@ -95,6 +96,8 @@ static bool op_kernel(fz_engine *e, fz_src *s)
     sw_kernel k = (sw_kernel)fz_below(s, 6);
     sw_dtype d = (sw_dtype)fz_below(s, 4);
     size_t es = sw_dtype_size(d);
+    if (!(e->dm[ln->devi].dtypes >> d & 1u))
+        return false;
     int o = (int)fz_below(s, (size_t)ln->n);
     int a = (int)fz_below(s, (size_t)ln->n);
     int b = (int)fz_below(s, (size_t)ln->n);

@@ -10,7 +10,8 @@
 #include <string.h>
 
 /* The devmem the header promises for handle i while it is resident. */
-void fz_check_devmem(fz_engine *e, int i, sw_devmem m, const char *what)
+void fz_check_devmem(fz_engine *e, int i, sw_devmem m, const char *what,
+                     bool bytes)
 {
     fz_buf *b = &e->buf[i];
     size_t ro;
@@ -31,7 +32,8 @@ void fz_check_devmem(fz_engine *e, int i, sw_devmem m, const char *what)
      * all work queued before this step has completed (the last check
      * waited for it, unless it was a burst's). */
     int devi = e->alloc[b->alloc].devi;
-    if (e->w->host_addressable[devi] && b->size > 0 && !e->in_flight &&
+    if (bytes && e->w->host_addressable[devi] && b->size > 0 &&
+        !e->in_flight &&
         memcmp((const void *)(m.base + m.offset),
                fz_bytes(e, b->alloc, b->off), b->size) != 0)
         fz_fail(e->w, e, "%s of handle %d: the device memory at base + "
@@ -55,7 +57,7 @@ static bool op_device_ptr(fz_engine *e, fz_src *s)
     }
     fz_expect_resident(e, i, "sw_buffer_device_ptr");
     if (!e->w->threaded)
-        fz_check_devmem(e, i, m, "sw_buffer_device_ptr");
+        fz_check_devmem(e, i, m, "sw_buffer_device_ptr", true);
     return true;
 }
 
@@ -94,7 +96,7 @@ static bool op_expose(fz_engine *e, fz_src *s)
     fz_note_more(e, " -> lease %d", l);
     e->alloc[fl->alloc].leases++;
     fz_expect_resident(e, i, "sw_buffer_expose");
-    fz_check_devmem(e, i, m, "sw_buffer_expose");
+    fz_check_devmem(e, i, m, "sw_buffer_expose", true);
     return true;
 }
 
@@ -169,12 +171,32 @@ static bool op_wrap(fz_engine *e, fz_src *s)
     return true;
 }
 
+/* sw_buffer_prefetch: a restore started ahead of use (and q, if given,
+ * ordered after it).  It leaves the data as it was; the buffer is on its
+ * way back unless a spill of it was still in flight. */
+static bool op_prefetch(fz_engine *e, fz_src *s)
+{
+    int i = fz_pick_buf(e, s, false);
+    if (i < 0)
+        return false;
+    int devi = e->alloc[e->buf[i].alloc].devi;
+    int q = fz_u8(s) < 128 ? fz_pick_queue(e, s, devi) : -1;
+    int slots[1] = {i};
+    fz_note(e, "prefetch handle %d%s", i, q >= 0 ? " for a queue" : "");
+    int rc = sw_buffer_prefetch(e->buf[i].h,
+                                q >= 0 ? e->queue[devi][q].q : NULL);
+    fz_result(e, "sw_buffer_prefetch", rc, fz_expect_for(e, slots, 1), 0,
+              NULL);
+    return true;
+}
+
 bool fz_op_lease(fz_engine *e, fz_src *s, unsigned k)
 {
     switch (k) {
     case 0: return op_device_ptr(e, s);
     case 1: return op_expose(e, s);
     case 2: return op_release(e, s);
-    default: return op_wrap(e, s);
+    case 3: return op_wrap(e, s);
+    default: return op_prefetch(e, s);
     }
 }

@@ -127,12 +127,19 @@ bool fz_misuse_dtypes(fz_engine *e, fz_src *s)
         return false;
     sw_buffer *h = e->buf[li].h;
     int devi = e->alloc[e->buf[li].alloc].devi;
-    static const int bad[] = {4, -1, 99, 1 << 20};
+    static const int bad[] = {SW_DTYPE_COUNT, -1, 99, 1 << 20};
     sw_dtype d = (sw_dtype)bad[fz_below(s, 4)];
+    sw_dtype_kind kind = SW_KIND_COMPLEX;
+    sw_dtype named = SW_INT64;
     if (sw_dtype_size(d) != 0 || sw_dtype_name(d) != NULL ||
         sw_kernel_name((sw_kernel)6) != NULL ||
-        sw_kernel_name((sw_kernel)-1) != NULL)
-        fz_fail(e->w, e, "a bad dtype %d has a size or a name", (int)d);
+        sw_kernel_name((sw_kernel)-1) != NULL ||
+        sw_dtype_kind_get(d, &kind) != SW_ERR_DTYPE ||
+        sw_dtype_from_name("float33", &named) != SW_ERR_DTYPE ||
+        sw_dtype_from_name("float32", &named) != SW_OK ||
+        named != SW_FLOAT32)
+        fz_fail(e->w, e, "a bad dtype %d has a size, a name or a kind, or "
+                "names do not map", (int)d);
     sw_scalar v = {.i = 0};
     uint8_t k = fz_u8(s) % 6;
     fz_note(e, "misuse: dtype %d in call %u", (int)d, k);

@@ -33,17 +33,19 @@ static const fz_opdef opdefs[] = {
     /* kernels: fill, add, scale, axpy, sum */
     {fz_op_kernel, 0, 5}, {fz_op_kernel, 1, 7}, {fz_op_kernel, 2, 5},
     {fz_op_kernel, 3, 6}, {fz_op_kernel, 4, 4},
-    /* leases: device_ptr, expose, release, wrap */
+    /* leases: device_ptr, expose, release, wrap; and prefetch */
     {fz_op_lease, 0, 3}, {fz_op_lease, 1, 5}, {fz_op_lease, 2, 4},
-    {fz_op_lease, 3, 4},
+    {fz_op_lease, 3, 4}, {fz_op_lease, 4, 4},
     /* launches: begin, raw kernel, end */
     {fz_op_launch, 0, 4}, {fz_op_launch, 1, 5}, {fz_op_launch, 2, 4},
     /* accounting: budget, empty cache, reset peak, scope begin/peak/end,
-     * synchronize, open+close or budget get; and a burst (steps checked
-     * without reading bytes back, so that work stays in flight) */
+     * synchronize, open+close or budget get; a burst (steps checked
+     * without reading bytes back, so that work stays in flight); counters
+     * reset; the host staging pool */
     {fz_op_account, 0, 10}, {fz_op_account, 1, 2}, {fz_op_account, 2, 2},
     {fz_op_account, 3, 2},  {fz_op_account, 4, 2}, {fz_op_account, 5, 2},
     {fz_op_account, 6, 2},  {fz_op_account, 7, 1}, {fz_op_account, 8, 4},
+    {fz_op_account, 9, 1},  {fz_op_account, 10, 1},
     /* queues: create, release, retain, sync, record, host task, event
      * query, wait, retain, release, order add, order counts/idle, order
      * wait, order create/destroy */

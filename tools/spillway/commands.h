@@ -27,5 +27,9 @@ int cmd_devices(const cli_command *self, int argc, char **argv);
 int cmd_demo(const cli_command *self, int argc, char **argv);
 /* cmd_tour.c */
 int cmd_tour(const cli_command *self, int argc, char **argv);
+/* cmd_top.c */
+int cmd_top(const cli_command *self, int argc, char **argv);
+/* cmd_plot.c (runs python3 -m spillway.plot) */
+int cmd_plot(const cli_command *self, int argc, char **argv);
 
 #endif /* SPILLWAY_TOOLS_COMMANDS_H */

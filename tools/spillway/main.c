@@ -89,6 +89,38 @@ static const cli_command commands[] = {
         .notes = SIZE_NOTE,
     },
     {
+        .name = "top",
+        .run = cmd_top,
+        .summary = "watch a running program's device memory",
+        .args = "[PATH]",
+        .about = "Live per-device figures of a program run with "
+                 "SPILLWAY_STATS=PATH (the\nlibrary rewrites PATH a few "
+                 "times a second): in use, peak, cached, spilled,\nbudget, "
+                 "device free/total, buffers, spills, restores, OOMs and "
+                 "collections.\nPATH defaults to $SPILLWAY_STATS.  Ctrl-C "
+                 "ends it.\n",
+        .options =
+            "  --interval SECONDS    time between refreshes (default 1)\n"
+            "  --count N             stop after N refreshes\n"
+            "  --once                print once and exit (for scripts)\n",
+    },
+    {
+        .name = "plot",
+        .run = cmd_plot,
+        .summary = "draw a recorded memory history as a PNG",
+        .args = "TRACE",
+        .about = "The timeline of a memory history dumped with "
+                 "sw_trace_dump or\nspillway.dump_memory_history: in use, "
+                 "cached and spilled stacked over time,\nthe budget as a "
+                 "line, spills and restores marked, OOMs flagged, the "
+                 "largest\nholders labelled.  Drawn by python3 -m "
+                 "spillway.plot (matplotlib:\npip install spillway[plot]); "
+                 "its options are passed on.\n",
+        .options =
+            "  -o, --output OUT.png  where to write (default: TRACE.png)\n"
+            "  --title TEXT          the picture's title\n",
+    },
+    {
         .name = "help",
         .run = cmd_help,
         .summary = "show this help, or a command's",
@@ -136,7 +168,8 @@ static void usage(FILE *f)
                "\n"
                "Environment: SPILLWAY_DEVICE (default device), "
                "SPILLWAY_SIM_MEMORY (simulated\ndevice size, e.g. 512M), "
-               "SPILLWAY_SIM_DEVICES (number of simulated devices).\n",
+               "SPILLWAY_SIM_DEVICES (number of simulated devices),\n"
+               "SPILLWAY_STATS (a file for spillway top).\n",
             cli_progname);
 }
 

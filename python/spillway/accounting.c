@@ -1,0 +1,427 @@
+/*
+ * accounting.c -- what a device holds and has done: memory_info() (the
+ * MemoryInfo record), memory_peak() (PeakScope, a context manager over a
+ * library peak scope: scopes nest, and neither a reset nor an inner scope
+ * disturbs an outer one), reset_peak_memory(), the budget, empty_cache()
+ * and synchronize().
+ */
+#include "device.h"
+
+/* ------------------------------------------------------------------------
+ * memory_peak(): a context manager over a peak scope
+ * ---------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    DeviceObject *device;
+    sw_peak_scope *scope; /* while entered */
+    int stage;            /* 0 created, 1 entered, 2 exited */
+    uint64_t peak;        /* after exit */
+} PeakObject;
+
+static int Peak_traverse(PeakObject *p, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(p));
+    Py_VISIT(p->device);
+    return 0;
+}
+
+static void peak_end(PeakObject *p)
+{
+    if (p->stage == 1 && p->scope != NULL) {
+        sw_peak_scope *s = p->scope;
+        uint64_t peak = 0;
+        int rc;
+        p->scope = NULL;
+        NOGIL(rc = sw_peak_scope_end(s, &peak));
+        p->peak = rc == SW_OK ? peak : 0;
+        p->stage = 2;
+        sw_py_device_unuse(p->device);
+    }
+}
+
+static void Peak_dealloc(PeakObject *p)
+{
+    PyTypeObject *tp = Py_TYPE(p);
+    PyObject_GC_UnTrack(p);
+    if (p->device != NULL)
+        peak_end(p);
+    Py_CLEAR(p->device);
+    tp->tp_free((PyObject *)p);
+    Py_DECREF(tp);
+}
+
+static PyObject *Peak_enter(PeakObject *p, PyObject *unused)
+{
+    if (p->stage != 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "a memory_peak() scope can be entered only once");
+        return NULL;
+    }
+    sw_py_state *st = sw_py_type_state(Py_TYPE(p));
+    if (st == NULL || sw_py_device_check_open(p->device) < 0)
+        return NULL;
+    sw_peak_scope *s = NULL;
+    sw_device *dev = p->device->dev;
+    int rc;
+    NOGIL(rc = sw_peak_scope_begin(dev, &s));
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    p->scope = s;
+    p->stage = 1;
+    sw_py_device_use(p->device);
+    return Py_NewRef(p);
+}
+
+static PyObject *Peak_exit(PeakObject *p, PyObject *args)
+{
+    peak_end(p);
+    Py_RETURN_FALSE;
+}
+
+static PyObject *Peak_get_bytes(PeakObject *p, void *c)
+{
+    if (p->stage == 0)
+        Py_RETURN_NONE;
+    if (p->stage == 2)
+        return PyLong_FromUnsignedLongLong(p->peak);
+    sw_peak_scope *s = p->scope;
+    uint64_t peak = 0;
+    int rc;
+    NOGIL(rc = sw_peak_scope_peak(s, &peak));
+    if (rc != SW_OK) {
+        sw_py_state *st = sw_py_type_state(Py_TYPE(p));
+        return st ? sw_py_raise(st, rc) : NULL;
+    }
+    return PyLong_FromUnsignedLongLong(peak);
+}
+
+static PyObject *Peak_get_device(PeakObject *p, void *c)
+{
+    return Py_NewRef(p->device);
+}
+
+static PyObject *Peak_repr(PeakObject *p)
+{
+    static const char *const stages[] = {"not entered", "open", "closed"};
+    if (p->stage == 2)
+        return PyUnicode_FromFormat("memory_peak(%R, bytes=%llu)",
+                                    p->device->name,
+                                    (unsigned long long)p->peak);
+    return PyUnicode_FromFormat("memory_peak(%R, %s)", p->device->name,
+                                stages[p->stage]);
+}
+
+static PyMethodDef Peak_methods[] = {
+    {"__enter__", (PyCFunction)(void (*)(void))Peak_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))Peak_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Peak_getset[] = {
+    {"bytes", (getter)Peak_get_bytes, NULL,
+     "The peak of in_use inside the block: so far while it runs, final "
+     "after it; None before it is entered.", NULL},
+    {"device", (getter)Peak_get_device, NULL, "The device measured.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Peak_slots[] = {
+    {Py_tp_doc, "The context manager returned by memory_peak()."},
+    {Py_tp_dealloc, Peak_dealloc},
+    {Py_tp_traverse, Peak_traverse},
+    {Py_tp_repr, Peak_repr},
+    {Py_tp_methods, Peak_methods},
+    {Py_tp_getset, Peak_getset},
+    {0, NULL},
+};
+
+PyType_Spec sw_py_peak_spec = {
+    .name = "spillway.PeakScope",
+    .basicsize = sizeof(PeakObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Peak_slots,
+};
+
+/* ------------------------------------------------------------------------
+ * MemoryInfo: a named record (structseq)
+ * ---------------------------------------------------------------------- */
+
+static PyStructSequence_Field meminfo_fields[] = {
+    {"in_use", "bytes held by live arrays (sizes rounded up to 512)"},
+    {"peak", "highest in_use since the device was opened or "
+             "reset_peak_memory()"},
+    {"cached", "bytes of freed blocks kept for reuse"},
+    {"spilled", "bytes of live arrays held in host memory"},
+    {"device_free", "what the driver says is free (None if it cannot tell)"},
+    {"device_total", "the device's capacity (None if unknown)"},
+    {"budget", "the memory budget in bytes, or None"},
+    {"allocs", "allocations since the device was opened"},
+    {"frees", "buffers released"},
+    {"spills", "buffers spilled to host memory"},
+    {"restores", "buffers brought back to the device"},
+    {"spilled_bytes_total", "bytes spilled in all"},
+    {"restored_bytes_total", "bytes restored in all"},
+    {"spill_seconds", "time spent spilling"},
+    {"restore_seconds", "time spent restoring"},
+    {"alloc_retries", "allocation attempts repeated after a failure"},
+    {"ooms", "allocations that failed for good"},
+    {"gc_runs", "garbage collections run under memory pressure"},
+    {NULL, NULL},
+};
+
+static PyStructSequence_Desc meminfo_desc = {
+    "spillway.MemoryInfo",
+    "Memory accounting of one device (spillway.memory_info()).",
+    meminfo_fields,
+    18,
+};
+
+static PyObject *meminfo_new(sw_py_state *st, const sw_memory_info *m)
+{
+    PyObject *r = PyStructSequence_New(st->meminfo_type);
+    if (r == NULL)
+        return NULL;
+    PyObject *v[18];
+    v[0] = PyLong_FromUnsignedLongLong(m->in_use);
+    v[1] = PyLong_FromUnsignedLongLong(m->peak);
+    v[2] = PyLong_FromUnsignedLongLong(m->cached);
+    v[3] = PyLong_FromUnsignedLongLong(m->spilled);
+    v[4] = m->device_free_known ? PyLong_FromUnsignedLongLong(m->device_free)
+                                : Py_NewRef(Py_None);
+    v[5] = m->device_total ? PyLong_FromUnsignedLongLong(m->device_total)
+                           : Py_NewRef(Py_None);
+    v[6] = m->budget ? PyLong_FromUnsignedLongLong(m->budget)
+                     : Py_NewRef(Py_None);
+    v[7] = PyLong_FromUnsignedLongLong(m->allocs);
+    v[8] = PyLong_FromUnsignedLongLong(m->frees);
+    v[9] = PyLong_FromUnsignedLongLong(m->spills);
+    v[10] = PyLong_FromUnsignedLongLong(m->restores);
+    v[11] = PyLong_FromUnsignedLongLong(m->spilled_bytes_total);
+    v[12] = PyLong_FromUnsignedLongLong(m->restored_bytes_total);
+    v[13] = PyFloat_FromDouble(m->spill_seconds);
+    v[14] = PyFloat_FromDouble(m->restore_seconds);
+    v[15] = PyLong_FromUnsignedLongLong(m->alloc_retries);
+    v[16] = PyLong_FromUnsignedLongLong(m->ooms);
+    v[17] = PyLong_FromUnsignedLongLong(m->gc_runs);
+    int bad = 0;
+    for (int i = 0; i < 18; i++) {
+        if (v[i] == NULL)
+            bad = 1;
+        PyStructSequence_SetItem(r, i, v[i] ? v[i] : Py_NewRef(Py_None));
+    }
+    if (bad) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* ------------------------------------------------------------------------
+ * Module functions
+ * ---------------------------------------------------------------------- */
+
+/* Parse a lone optional device= argument. */
+static DeviceObject *device_arg(PyObject *m, const char *fname,
+                                PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+    static const char *const names[] = {"device"};
+    PyObject *v[1];
+    if (sw_py_parse_args(fname, args, nargs, kwnames, names, 1, 1, 0, v) < 0)
+        return NULL;
+    return sw_py_resolve_device(sw_py_module_state(m), v[0]);
+}
+
+static PyObject *mod_memory_info(PyObject *m, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames)
+{
+    sw_py_state *st = sw_py_module_state(m);
+    DeviceObject *d = device_arg(m, "memory_info", args, nargs, kwnames);
+    if (d == NULL)
+        return NULL;
+    sw_memory_info info;
+    int rc;
+    SW_PY_DEVICE_CALL(d, rc, sw_memory_info_get(dev_, &info));
+    Py_DECREF(d);
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    return meminfo_new(st, &info);
+}
+
+static PyObject *mod_reset_peak_memory(PyObject *m, PyObject *const *args,
+                                       Py_ssize_t nargs, PyObject *kwnames)
+{
+    sw_py_state *st = sw_py_module_state(m);
+    DeviceObject *d = device_arg(m, "reset_peak_memory", args, nargs,
+                                 kwnames);
+    if (d == NULL)
+        return NULL;
+    int rc;
+    SW_PY_DEVICE_CALL(d, rc, sw_reset_peak(dev_));
+    Py_DECREF(d);
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_empty_cache(PyObject *m, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames)
+{
+    sw_py_state *st = sw_py_module_state(m);
+    DeviceObject *d = device_arg(m, "empty_cache", args, nargs, kwnames);
+    if (d == NULL)
+        return NULL;
+    int rc;
+    SW_PY_DEVICE_CALL(d, rc, sw_empty_cache(dev_));
+    Py_DECREF(d);
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_synchronize(PyObject *m, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames)
+{
+    sw_py_state *st = sw_py_module_state(m);
+    DeviceObject *d = device_arg(m, "synchronize", args, nargs, kwnames);
+    if (d == NULL)
+        return NULL;
+    int rc;
+    SW_PY_DEVICE_CALL(d, rc, sw_device_synchronize(dev_));
+    Py_DECREF(d);
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_get_memory_budget(PyObject *m, PyObject *const *args,
+                                       Py_ssize_t nargs, PyObject *kwnames)
+{
+    sw_py_state *st = sw_py_module_state(m);
+    DeviceObject *d = device_arg(m, "get_memory_budget", args, nargs,
+                                 kwnames);
+    if (d == NULL)
+        return NULL;
+    uint64_t bytes = 0;
+    int rc;
+    SW_PY_DEVICE_CALL(d, rc, sw_get_memory_budget(dev_, &bytes));
+    Py_DECREF(d);
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    if (bytes == 0)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(bytes);
+}
+
+static PyObject *mod_set_memory_budget(PyObject *m, PyObject *const *args,
+                                       Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"nbytes", "device"};
+    PyObject *v[2];
+    if (sw_py_parse_args("set_memory_budget", args, nargs, kwnames, names, 2,
+                         2, 1, v) < 0)
+        return NULL;
+    sw_py_state *st = sw_py_module_state(m);
+    uint64_t bytes = 0;
+    if (v[0] != Py_None) {
+        if (PyFloat_Check(v[0]) || !PyIndex_Check(v[0])) {
+            PyErr_Format(PyExc_TypeError,
+                         "set_memory_budget() takes a number of bytes (an "
+                         "integer) or None, not %.100s",
+                         Py_TYPE(v[0])->tp_name);
+            return NULL;
+        }
+        PyObject *idx = PyNumber_Index(v[0]);
+        if (idx == NULL)
+            return NULL;
+        int overflow = 0;
+        long long sv = PyLong_AsLongLongAndOverflow(idx, &overflow);
+        if (overflow < 0 || (overflow == 0 && sv < 0)) {
+            Py_DECREF(idx);
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError,
+                             "a memory budget cannot be negative (%R "
+                             "bytes); None removes the budget",
+                             v[0]);
+            return NULL;
+        }
+        bytes = PyLong_AsUnsignedLongLong(idx);
+        Py_DECREF(idx);
+        if (bytes == (uint64_t)-1 && PyErr_Occurred()) {
+            if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError,
+                             "memory budget %R is too large", v[0]);
+            }
+            return NULL;
+        }
+    }
+    DeviceObject *d = sw_py_resolve_device(st, v[1]);
+    if (d == NULL)
+        return NULL;
+    int rc;
+    SW_PY_DEVICE_CALL(d, rc, sw_set_memory_budget(dev_, bytes));
+    Py_DECREF(d);
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_memory_peak(PyObject *m, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames)
+{
+    sw_py_state *st = sw_py_module_state(m);
+    DeviceObject *d = device_arg(m, "memory_peak", args, nargs, kwnames);
+    if (d == NULL)
+        return NULL;
+    PeakObject *p = PyObject_GC_New(PeakObject, st->peak_type);
+    if (p == NULL) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    p->device = d; /* takes the reference */
+    p->scope = NULL;
+    p->stage = 0;
+    p->peak = 0;
+    PyObject_GC_Track(p);
+    return (PyObject *)p;
+}
+
+static PyMethodDef accounting_methods[] = {
+    FASTKW("memory_info", mod_memory_info,
+           "memory_info(device=None)\n--\n\nThe device's accounting, a "
+           "MemoryInfo record."),
+    FASTKW("reset_peak_memory", mod_reset_peak_memory,
+           "reset_peak_memory(device=None)\n--\n\npeak = in_use (open "
+           "memory_peak() scopes are not disturbed)."),
+    FASTKW("memory_peak", mod_memory_peak,
+           "memory_peak(device=None)\n--\n\nA context manager: "
+           "`with memory_peak() as p: ...` then p.bytes is the peak of "
+           "in_use inside the block.  Scopes nest; each reports its own."),
+    FASTKW("set_memory_budget", mod_set_memory_budget,
+           "set_memory_budget(nbytes, device=None)\n--\n\nBound in_use + "
+           "cached to nbytes (None: no budget); beyond it least recently "
+           "used arrays spill to host memory."),
+    FASTKW("get_memory_budget", mod_get_memory_budget,
+           "get_memory_budget(device=None)\n--\n\nThe budget in bytes, or "
+           "None."),
+    FASTKW("empty_cache", mod_empty_cache,
+           "empty_cache(device=None)\n--\n\nReturn every cached block to "
+           "the device."),
+    FASTKW("synchronize", mod_synchronize,
+           "synchronize(device=None)\n--\n\nWait for all work queued on the "
+           "device."),
+    {NULL, NULL, 0, NULL},
+};
+
+int sw_py_accounting_setup(PyObject *m, sw_py_state *st)
+{
+    if ((st->peak_type = sw_py_add_type(m, &sw_py_peak_spec)) == NULL)
+        return -1;
+    st->meminfo_type = PyStructSequence_NewType(&meminfo_desc);
+    if (st->meminfo_type == NULL || PyModule_AddType(m, st->meminfo_type) < 0)
+        return -1;
+    return PyModule_AddFunctions(m, accounting_methods);
+}

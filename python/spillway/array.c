@@ -1,0 +1,384 @@
+/*
+ * array.c -- Array: an array in device memory, a handle on an sw_buffer
+ * (a base, a view, or a retained reference shared with other Arrays), its
+ * attributes, host reads into NumPy and fill().  Views and elements:
+ * view.c; DLPack export: dlpack.c.
+ */
+#include "array.h"
+#include "dtype.h"
+
+#include <string.h>
+#include <structmember.h>
+
+PyObject *sw_py_array_wrap(sw_py_state *st, DeviceObject *d, sw_buffer *buf,
+                           sw_dtype dt, int ndim, const Py_ssize_t *shape,
+                           size_t nelem)
+{
+    ArrayObject *a =
+        sw_py_state_alive(st)
+            ? PyObject_GC_NewVar(ArrayObject, st->array_type, ndim)
+            : NULL;
+    if (a == NULL) {
+        NOGIL((void)sw_buffer_free(buf));
+        return NULL;
+    }
+    a->buf = buf;
+    a->device = (DeviceObject *)Py_NewRef(d);
+    a->weakreflist = NULL;
+    a->nelem = nelem;
+    a->nbytes = nelem * sw_py_dtypes[dt].size;
+    a->dtype = dt;
+    if (ndim > 0)
+        memcpy(a->shape, shape, (size_t)ndim * sizeof(Py_ssize_t));
+    sw_py_device_use(d);
+    PyObject_GC_Track(a);
+    if (st->track != NULL) {
+        PyObject *wr = PyWeakref_NewRef((PyObject *)a, NULL);
+        if (wr == NULL || PyList_Append(st->track, wr) < 0) {
+            Py_XDECREF(wr);
+            Py_DECREF(a);
+            return NULL;
+        }
+        Py_DECREF(wr);
+    }
+    return (PyObject *)a;
+}
+
+int sw_py_array_check_device(ArrayObject *a)
+{
+    if (a->device->closed) {
+        PyErr_Format(PyExc_ValueError,
+                     "this array's device %U is closed: the array can no "
+                     "longer be used",
+                     a->device->name);
+        return -1;
+    }
+    return 0;
+}
+
+int sw_py_sync_if_exported(sw_py_state *st, DeviceObject *d)
+{
+    if (d->ctx == NULL || atomic_load(&d->ctx->exports) == 0)
+        return 0;
+    sw_device *dev = d->dev;
+    int rc;
+    NOGIL(rc = sw_device_synchronize(dev));
+    if (rc != SW_OK) {
+        sw_py_raise(st, rc);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *sw_py_array_alloc(sw_py_state *st, DeviceObject *d, sw_dtype dt,
+                            int ndim, const Py_ssize_t *shape, size_t nelem,
+                            const char *tag)
+{
+    sw_buffer *buf = NULL;
+    sw_device *dev = d->dev;
+    size_t nbytes = nelem * sw_py_dtypes[dt].size;
+    int rc;
+    sw_py_device_use(d); /* a close() meanwhile waits for this call */
+    NOGIL(rc = sw_buffer_alloc(dev, nbytes, tag, &buf));
+    PyObject *r = rc == SW_OK
+                      ? sw_py_array_wrap(st, d, buf, dt, ndim, shape, nelem)
+                      : sw_py_raise(st, rc);
+    sw_py_device_unuse(d);
+    return r;
+}
+
+static int Array_traverse(ArrayObject *a, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(a));
+    Py_VISIT(a->device);
+    return 0;
+}
+
+/* No tp_clear: an Array refers to nothing that could refer back to it (its
+ * Device holds no arrays), so it is never what keeps a cycle alive, and
+ * keeping its device until deallocation keeps every Array usable until
+ * then.  Order: untrack; weak references first, so that no thread can
+ * reach the object while the GIL is released to free its buffer; the
+ * buffer; the device; the memory; the type. */
+static void Array_dealloc(ArrayObject *a)
+{
+    PyTypeObject *tp = Py_TYPE(a);
+    PyObject_GC_UnTrack(a);
+    if (a->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)a);
+    sw_buffer *buf = a->buf;
+    a->buf = NULL;
+    if (buf != NULL) {
+        int rc;
+        NOGIL(rc = sw_buffer_free(buf));
+        if (rc == SW_OK)
+            sw_py_thread.released++;
+    }
+    DeviceObject *d = a->device;
+    a->device = NULL;
+    if (d != NULL) {
+        sw_py_device_unuse(d);
+        Py_DECREF(d);
+    }
+    tp->tp_free((PyObject *)a);
+    Py_DECREF(tp);
+}
+
+static PyObject *Array_repr(ArrayObject *a)
+{
+    PyObject *shape = sw_py_shape_tuple(a->shape, SW_PY_NDIM(a));
+    if (shape == NULL)
+        return NULL;
+    PyObject *r = PyUnicode_FromFormat(
+        "spillway.Array(shape=%R, dtype=%s, device=%R%s)", shape,
+        sw_py_dtypes[a->dtype].name, a->device->name,
+        a->device->closed ? ", device closed" : "");
+    Py_DECREF(shape);
+    return r;
+}
+
+static PyObject *Array_get_shape(ArrayObject *a, void *c)
+{
+    return sw_py_shape_tuple(a->shape, SW_PY_NDIM(a));
+}
+
+static PyObject *Array_get_ndim(ArrayObject *a, void *c)
+{
+    return PyLong_FromLong(SW_PY_NDIM(a));
+}
+
+static PyObject *Array_get_size(ArrayObject *a, void *c)
+{
+    return PyLong_FromSize_t(a->nelem);
+}
+
+static PyObject *Array_get_nbytes(ArrayObject *a, void *c)
+{
+    return PyLong_FromSize_t(a->nbytes);
+}
+
+static PyObject *Array_get_itemsize(ArrayObject *a, void *c)
+{
+    return PyLong_FromSize_t(sw_py_dtypes[a->dtype].size);
+}
+
+static PyObject *Array_get_dtype(ArrayObject *a, void *c)
+{
+    sw_py_state *st = sw_py_type_state(Py_TYPE(a));
+    if (st == NULL)
+        return NULL;
+    return Py_XNewRef(sw_py_np_dtype(st, a->dtype));
+}
+
+static PyObject *Array_get_device(ArrayObject *a, void *c)
+{
+    return Py_NewRef(a->device);
+}
+
+static PyObject *Array_get_is_spilled(ArrayObject *a, void *c)
+{
+    if (sw_py_array_check_device(a) < 0)
+        return NULL;
+    sw_buffer_state state = SW_RESIDENT;
+    int rc;
+    NOGIL(rc = sw_buffer_state_get(a->buf, &state));
+    if (rc != SW_OK) {
+        sw_py_state *st = sw_py_type_state(Py_TYPE(a));
+        return st ? sw_py_raise(st, rc) : NULL;
+    }
+    return PyBool_FromLong(state == SW_SPILLED);
+}
+
+static PyObject *Array_get_tag(ArrayObject *a, void *c)
+{
+    if (sw_py_array_check_device(a) < 0)
+        return NULL;
+    char tag[SW_TAG_MAX + 1];
+    int rc;
+    NOGIL(rc = sw_buffer_tag(a->buf, tag, sizeof tag));
+    if (rc != SW_OK) {
+        sw_py_state *st = sw_py_type_state(Py_TYPE(a));
+        return st ? sw_py_raise(st, rc) : NULL;
+    }
+    if (tag[0] == '\0')
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8(tag, (Py_ssize_t)strlen(tag), "replace");
+}
+
+/* Copy the array into a new NumPy array. */
+static PyObject *Array_numpy(ArrayObject *a, PyObject *unused)
+{
+    sw_py_state *st = sw_py_type_state(Py_TYPE(a));
+    if (st == NULL || sw_py_array_check_device(a) < 0)
+        return NULL;
+    PyObject *np = sw_py_numpy(st);
+    if (np == NULL)
+        return NULL;
+    PyObject *dt = sw_py_np_dtype(st, a->dtype);
+    if (dt == NULL)
+        return NULL;
+    PyObject *shape = sw_py_shape_tuple(a->shape, SW_PY_NDIM(a));
+    if (shape == NULL)
+        return NULL;
+    PyObject *out = PyObject_CallMethod(np, "empty", "OO", shape, dt);
+    Py_DECREF(shape);
+    if (out == NULL)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(out, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) <
+        0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    int rc = SW_OK;
+    if (a->nbytes > 0)
+        NOGIL(rc = sw_buffer_read(a->buf, 0, view.buf, a->nbytes));
+    PyBuffer_Release(&view);
+    if (rc != SW_OK) {
+        sw_py_raise(st, rc);
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* __array__(dtype=None, copy=None): NumPy's np.asarray(a) gets a copy. */
+static PyObject *Array_array(ArrayObject *a, PyObject *const *args,
+                             Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"dtype", "copy"};
+    PyObject *v[2];
+    if (sw_py_parse_args("__array__", args, nargs, kwnames, names, 2, 2, 0,
+                         v) < 0)
+        return NULL;
+    if (v[1] != NULL && v[1] != Py_None) {
+        int copy = PyObject_IsTrue(v[1]);
+        if (copy < 0)
+            return NULL;
+        if (!copy) {
+            PyErr_SetString(PyExc_ValueError,
+                            "a spillway.Array lives in device memory: a "
+                            "NumPy array of it is always a copy (use "
+                            "numpy.from_dlpack for a view)");
+            return NULL;
+        }
+    }
+    PyObject *out = Array_numpy(a, NULL);
+    if (out == NULL || sw_py_absent(v[0]))
+        return out;
+    PyObject *r = PyObject_CallMethod(out, "astype", "O", v[0]);
+    Py_DECREF(out);
+    return r;
+}
+
+/* fill(value, *, queue=None): every element = value, on the device. */
+static PyObject *Array_fill(ArrayObject *a, PyObject *const *args,
+                            Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"value", "queue"};
+    PyObject *v[2];
+    if (sw_py_parse_args("fill", args, nargs, kwnames, names, 2, 1, 1, v) < 0)
+        return NULL;
+    sw_py_state *st = sw_py_type_state(Py_TYPE(a));
+    if (st == NULL || sw_py_array_check_device(a) < 0)
+        return NULL;
+    QueueObject *q;
+    sw_scalar s;
+    if (sw_py_queue_arg(st, v[1], a->device, "fill", &q) < 0 ||
+        sw_py_scalar_from_py(v[0], a->dtype, &s, "fill value") < 0)
+        return NULL;
+    sw_py_op op = {.kind = SW_PY_OP_FILL, .out = a->buf, .s = s,
+                   .dtype = a->dtype, .n = a->nelem};
+    PyObject *keep[1] = {(PyObject *)a};
+    if (sw_py_do_op(st, q, &op, keep, 1) < 0 ||
+        sw_py_sync_if_exported(st, a->device) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Array_methods[] = {
+    {"numpy", (PyCFunction)(void (*)(void))Array_numpy, METH_NOARGS,
+     "numpy()\n--\n\nA NumPy copy of the array (a host read: a spilled "
+     "array is read from its host copy and stays spilled)."},
+    {"fill", (PyCFunction)(void (*)(void))Array_fill,
+     METH_FASTCALL | METH_KEYWORDS,
+     "fill(value, *, queue=None)\n--\n\nSet every element to value, on the "
+     "device (on queue, when given)."},
+    {"reshape", (PyCFunction)(void (*)(void))sw_py_array_reshape,
+     METH_VARARGS,
+     "reshape(*shape)\n--\n\nA view with another shape on the same buffer "
+     "(one dimension may be -1)."},
+    {"__array__", (PyCFunction)(void (*)(void))Array_array,
+     METH_FASTCALL | METH_KEYWORDS,
+     "__array__(dtype=None, copy=None)\n--\n\nA NumPy copy."},
+    {"__dlpack__", (PyCFunction)(void (*)(void))sw_py_array_dlpack,
+     METH_FASTCALL | METH_KEYWORDS,
+     "__dlpack__(stream=None, *, max_version=None, dl_device=None, "
+     "copy=None)\n--\n\n"
+     "Export through DLPack.  On a host-addressable device the consumer "
+     "gets the array's memory under an exposure lease: the buffer does "
+     "not spill while the consumer lives.  copy=True exports a host copy."},
+    {"__dlpack_device__",
+     (PyCFunction)(void (*)(void))sw_py_array_dlpack_device, METH_NOARGS,
+     "__dlpack_device__()\n--\n\n(device_type, device_id) as DLPack names "
+     "it: (1, 0), the CPU, for the simulated device."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Array_getset[] = {
+    {"shape", (getter)Array_get_shape, NULL, "The shape, a tuple.", NULL},
+    {"ndim", (getter)Array_get_ndim, NULL, "Number of dimensions.", NULL},
+    {"size", (getter)Array_get_size, NULL, "Number of elements.", NULL},
+    {"nbytes", (getter)Array_get_nbytes, NULL,
+     "Bytes of data (in_use counts them rounded up to 512).", NULL},
+    {"itemsize", (getter)Array_get_itemsize, NULL, "Bytes per element.",
+     NULL},
+    {"dtype", (getter)Array_get_dtype, NULL, "The element type, a "
+     "numpy.dtype.", NULL},
+    {"device", (getter)Array_get_device, NULL, "The Device it lives on.",
+     NULL},
+    {"is_spilled", (getter)Array_get_is_spilled, NULL,
+     "True while the buffer is held in host memory only.", NULL},
+    {"tag", (getter)Array_get_tag, NULL,
+     "The allocation's tag (its origin, named in out-of-memory reports), "
+     "or None.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef Array_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(ArrayObject, weakreflist),
+     READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot Array_slots[] = {
+    {Py_tp_doc, "An array in device memory managed by spillway (made by "
+                "empty, zeros, asarray and the operations).  a[i] reads one "
+                "element on the host; views (reshape, a[i] of a "
+                "multi-dimensional array, a[i:j]) share the buffer."},
+    {Py_tp_dealloc, Array_dealloc},
+    {Py_tp_traverse, Array_traverse},
+    {Py_tp_repr, Array_repr},
+    {Py_tp_methods, Array_methods},
+    {Py_tp_getset, Array_getset},
+    {Py_tp_members, Array_members},
+    {Py_mp_length, sw_py_array_length},
+    {Py_mp_subscript, sw_py_array_subscript},
+    {Py_mp_ass_subscript, sw_py_array_ass_subscript},
+    {0, NULL},
+};
+
+PyType_Spec sw_py_array_spec = {
+    .name = "spillway.Array",
+    .basicsize = sizeof(ArrayObject),
+    .itemsize = sizeof(Py_ssize_t),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Array_slots,
+};
+
+int sw_py_array_setup(PyObject *m, sw_py_state *st)
+{
+    st->array_type = sw_py_add_type(m, &sw_py_array_spec);
+    return st->array_type != NULL ? 0 : -1;
+}

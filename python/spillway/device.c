@@ -1,0 +1,371 @@
+/*
+ * device.c -- Device: one object per open device in each module instance
+ * (the table st->devices), holding the library's reference and the
+ * pressure callback's registration; spillway.devices().
+ *
+ * A Device is closed for real only when close() was called and no user is
+ * left (Arrays, queues, open peak scopes, helper threads, calls in
+ * progress with the GIL released): SW_PY_DEVICE_CALL counts the call as a
+ * user, so that a close() from another thread meanwhile waits for it.
+ */
+#include "device.h"
+
+#include <structmember.h>
+
+/* Stop collecting for this device and unregister the callback. */
+static void device_detach(DeviceObject *d)
+{
+    if (d->ctx != NULL)
+        atomic_store(&d->ctx->alive, 0);
+    if (d->cb_id >= 0 && d->dev != NULL) {
+        sw_device *dev = d->dev;
+        int id = d->cb_id;
+        d->cb_id = -1;
+        NOGIL((void)sw_remove_pressure_callback(dev, id));
+    }
+}
+
+/* Drop our reference to the device.  A close that fails with SW_ERR_BUSY
+ * (a DLPack consumer still holds memory of it) leaves the device open for
+ * the rest of the process, which is harmless. */
+static void device_shutdown(DeviceObject *d)
+{
+    device_detach(d);
+    sw_device *dev = d->dev;
+    d->dev = NULL;
+    if (dev != NULL)
+        NOGIL((void)sw_device_close(dev));
+}
+
+void sw_py_device_unuse(DeviceObject *d)
+{
+    if (--d->users == 0 && d->closed)
+        device_shutdown(d);
+}
+
+int sw_py_device_check_open(DeviceObject *d)
+{
+    if (d->closed) {
+        PyErr_Format(PyExc_ValueError, "device %U is closed", d->name);
+        return -1;
+    }
+    return 0;
+}
+
+/* A Device for a freshly opened dev (whose reference it takes), entered
+ * in the module's table, with the pressure callback registered. */
+static DeviceObject *device_create(sw_py_state *st, sw_device *dev,
+                                   PyObject *name)
+{
+    DeviceObject *d = PyObject_GC_New(DeviceObject, st->device_type);
+    if (d == NULL) {
+        NOGIL((void)sw_device_close(dev));
+        return NULL;
+    }
+    d->dev = dev;
+    d->ctx = NULL;
+    d->cb_id = -1;
+    d->closed = 0;
+    d->users = 0;
+    d->name = Py_NewRef(name);
+    d->description = NULL;
+    d->weakreflist = NULL;
+    PyObject_GC_Track(d);
+    d->ctx = sw_py_ctx_new();
+    d->description = PyUnicode_FromString(sw_device_description(dev));
+    if (d->ctx == NULL || d->description == NULL ||
+        PyDict_SetItem(st->devices, name, (PyObject *)d) < 0) {
+        if (d->ctx == NULL)
+            PyErr_NoMemory();
+        Py_DECREF(d);
+        return NULL;
+    }
+    int rc, id = -1;
+    NOGIL(rc = sw_add_pressure_callback(dev, sw_py_gc_on_pressure, d->ctx,
+                                        &id));
+    if (rc != SW_OK) {
+        /* Usable, but without the collector under pressure. */
+        if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                             "spillway: %U: no pressure callback (%s); "
+                             "arrays held only by reference cycles will "
+                             "not be collected when memory runs short",
+                             name, sw_last_error()) < 0) {
+            (void)PyDict_DelItem(st->devices, name);
+            Py_DECREF(d);
+            return NULL;
+        }
+    } else {
+        d->cb_id = id;
+    }
+    return d;
+}
+
+DeviceObject *sw_py_device_lookup(sw_py_state *st, PyObject *spec)
+{
+    if (!sw_py_state_alive(st))
+        return NULL;
+    if (spec == NULL && st->default_device != NULL)
+        return (DeviceObject *)Py_NewRef(st->default_device);
+    if (spec != NULL) {
+        PyObject *d = PyDict_GetItemWithError(st->devices, spec);
+        if (d != NULL)
+            return (DeviceObject *)Py_NewRef(d);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    const char *cspec = NULL;
+    if (spec != NULL && (cspec = PyUnicode_AsUTF8(spec)) == NULL)
+        return NULL;
+    sw_device *dev = NULL;
+    int rc;
+    NOGIL(rc = sw_device_open(cspec, &dev));
+    if (rc != SW_OK)
+        return (DeviceObject *)sw_py_raise(st, rc);
+    if (!sw_py_state_alive(st)) { /* cleared while the GIL was released */
+        NOGIL((void)sw_device_close(dev));
+        return NULL;
+    }
+    PyObject *name = PyUnicode_FromString(sw_device_name(dev));
+    if (name == NULL) {
+        NOGIL((void)sw_device_close(dev));
+        return NULL;
+    }
+    DeviceObject *d = NULL;
+    PyObject *have = PyDict_GetItemWithError(st->devices, name);
+    if (have != NULL) {
+        /* Opened under another spelling ("sim"), or by a racing thread. */
+        NOGIL((void)sw_device_close(dev));
+        d = (DeviceObject *)Py_NewRef(have);
+    } else if (!PyErr_Occurred()) {
+        d = device_create(st, dev, name);
+    } else {
+        NOGIL((void)sw_device_close(dev));
+    }
+    Py_DECREF(name);
+    if (d != NULL && spec == NULL && st->default_device == NULL)
+        st->default_device = Py_NewRef(d);
+    return d;
+}
+
+DeviceObject *sw_py_resolve_device(sw_py_state *st, PyObject *obj)
+{
+    if (sw_py_absent(obj))
+        return sw_py_device_lookup(st, NULL);
+    if (Py_IS_TYPE(obj, st->device_type)) {
+        if (sw_py_device_check_open((DeviceObject *)obj) < 0)
+            return NULL;
+        return (DeviceObject *)Py_NewRef(obj);
+    }
+    if (PyUnicode_Check(obj))
+        return sw_py_device_lookup(st, obj);
+    PyErr_Format(PyExc_TypeError,
+                 "device must be a spillway.Device, a device spec such as "
+                 "'sim:0', or None, not %.100s",
+                 Py_TYPE(obj)->tp_name);
+    return NULL;
+}
+
+static PyObject *Device_new(PyTypeObject *type, PyObject *args,
+                            PyObject *kwds)
+{
+    static char *kwlist[] = {"spec", NULL};
+    PyObject *spec = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:Device", kwlist, &spec))
+        return NULL;
+    sw_py_state *st = sw_py_type_state(type);
+    if (st == NULL)
+        return NULL;
+    if (!sw_py_absent(spec) && !PyUnicode_Check(spec)) {
+        PyErr_Format(PyExc_TypeError,
+                     "Device() takes a spec string such as 'sim:0' or None, "
+                     "not %.100s",
+                     Py_TYPE(spec)->tp_name);
+        return NULL;
+    }
+    return (PyObject *)sw_py_device_lookup(st,
+                                           sw_py_absent(spec) ? NULL : spec);
+}
+
+static int Device_traverse(DeviceObject *d, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(d));
+    return 0;
+}
+
+static void Device_dealloc(DeviceObject *d)
+{
+    PyTypeObject *tp = Py_TYPE(d);
+    PyObject_GC_UnTrack(d);
+    if (d->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)d);
+    device_shutdown(d);
+    sw_py_ctx_unref(d->ctx);
+    d->ctx = NULL;
+    Py_CLEAR(d->name);
+    Py_CLEAR(d->description);
+    tp->tp_free((PyObject *)d);
+    Py_DECREF(tp);
+}
+
+static PyObject *Device_repr(DeviceObject *d)
+{
+    return PyUnicode_FromFormat("Device(%R%s)", d->name,
+                                d->closed ? ", closed" : "");
+}
+
+static PyObject *Device_str(DeviceObject *d) { return Py_NewRef(d->name); }
+
+static Py_hash_t Device_hash(DeviceObject *d)
+{
+    return PyObject_Hash(d->name);
+}
+
+/* Devices compare by name, and equal their spec string. */
+static PyObject *Device_richcompare(DeviceObject *d, PyObject *other, int op)
+{
+    if (op != Py_EQ && op != Py_NE)
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *oname;
+    if (Py_IS_TYPE(other, Py_TYPE(d)))
+        oname = ((DeviceObject *)other)->name;
+    else if (PyUnicode_Check(other))
+        oname = other;
+    else
+        Py_RETURN_NOTIMPLEMENTED;
+    return PyObject_RichCompare(d->name, oname, op);
+}
+
+static PyObject *Device_close(DeviceObject *d, PyObject *unused)
+{
+    if (d->closed)
+        Py_RETURN_NONE;
+    sw_py_state *st = sw_py_type_state(Py_TYPE(d));
+    if (st == NULL)
+        return NULL;
+    d->closed = 1;
+    Py_INCREF(d); /* the table may hold the last reference */
+    if (st->default_device == (PyObject *)d)
+        Py_CLEAR(st->default_device);
+    PyObject *cur = st->devices == NULL
+                        ? NULL
+                        : PyDict_GetItemWithError(st->devices, d->name);
+    if (cur == (PyObject *)d)
+        (void)PyDict_DelItem(st->devices, d->name);
+    PyErr_Clear(); /* a failed lookup changes nothing: it closes anyway */
+    device_detach(d);
+    if (d->users == 0)
+        device_shutdown(d);
+    Py_DECREF(d);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Device_get_closed(DeviceObject *d, void *c)
+{
+    return PyBool_FromLong(d->closed);
+}
+
+static PyMethodDef Device_methods[] = {
+    {"close", (PyCFunction)(void (*)(void))Device_close, METH_NOARGS,
+     "close()\n--\n\n"
+     "Close this device in this module: arrays still on it raise ValueError "
+     "on any use, and the device itself is closed once the last of them is "
+     "gone.  The next use of its spec opens it again (re-reading "
+     "SPILLWAY_SIM_MEMORY if it was closed for good)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Device_members[] = {
+    {"name", T_OBJECT, offsetof(DeviceObject, name), READONLY,
+     "The device's spec, e.g. 'sim:0'."},
+    {"description", T_OBJECT, offsetof(DeviceObject, description), READONLY,
+     "What the backend says the device is."},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(DeviceObject, weakreflist),
+     READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef Device_getset[] = {
+    {"closed", (getter)Device_get_closed, NULL,
+     "True after close().", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Device_slots[] = {
+    {Py_tp_doc, "Device(spec=None)\n--\n\n"
+                "A device spillway manages, by spec ('sim:0', 'opencl:0', "
+                "'cuda:0'; None: the default device, $SPILLWAY_DEVICE or "
+                "sim:0).  There is one Device object per open device: "
+                "Device('sim:0') returns it.  Devices compare equal to "
+                "their spec string."},
+    {Py_tp_new, Device_new},
+    {Py_tp_dealloc, Device_dealloc},
+    {Py_tp_traverse, Device_traverse},
+    {Py_tp_repr, Device_repr},
+    {Py_tp_str, Device_str},
+    {Py_tp_hash, Device_hash},
+    {Py_tp_richcompare, Device_richcompare},
+    {Py_tp_methods, Device_methods},
+    {Py_tp_members, Device_members},
+    {Py_tp_getset, Device_getset},
+    {0, NULL},
+};
+
+PyType_Spec sw_py_device_spec = {
+    .name = "spillway.Device",
+    .basicsize = sizeof(DeviceObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Device_slots,
+};
+
+/* ------------------------------------------------------------------------
+ * spillway.devices()
+ * ---------------------------------------------------------------------- */
+
+static PyObject *mod_devices(PyObject *m, PyObject *unused)
+{
+    sw_py_state *st = sw_py_module_state(m);
+    size_t n = 0;
+    int rc;
+    NOGIL(rc = sw_device_count(&n));
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    PyObject *list = PyList_New(0);
+    if (list == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        char spec[64];
+        NOGIL(rc = sw_device_spec_at(i, spec, sizeof spec));
+        if (rc == SW_ERR_NO_DEVICE)
+            break; /* the count shrank meanwhile */
+        if (rc != SW_OK) {
+            Py_DECREF(list);
+            return sw_py_raise(st, rc);
+        }
+        PyObject *s = PyUnicode_FromString(spec);
+        DeviceObject *d = s ? sw_py_device_lookup(st, s) : NULL;
+        Py_XDECREF(s);
+        if (d == NULL || PyList_Append(list, (PyObject *)d) < 0) {
+            Py_XDECREF(d);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(d);
+    }
+    return list;
+}
+
+static PyMethodDef device_methods[] = {
+    {"devices", (PyCFunction)(void (*)(void))mod_devices, METH_NOARGS,
+     "devices()\n--\n\nEvery device of every backend present, as Device "
+     "objects (opening each)."},
+    {NULL, NULL, 0, NULL},
+};
+
+int sw_py_device_setup(PyObject *m, sw_py_state *st)
+{
+    if ((st->devices = PyDict_New()) == NULL ||
+        (st->device_type = sw_py_add_type(m, &sw_py_device_spec)) == NULL)
+        return -1;
+    return PyModule_AddFunctions(m, device_methods);
+}

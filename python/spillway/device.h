@@ -1,0 +1,95 @@
+/*
+ * device.h -- Device objects (device.c) and the per-device context they
+ * share with the pressure callback (pressure.c) and DLPack exports
+ * (dlpack.c).
+ */
+#ifndef SPILLWAY_PY_DEVICE_H
+#define SPILLWAY_PY_DEVICE_H
+
+#include "module.h"
+
+#include <stdlib.h>
+
+/* ------------------------------------------------------------------------
+ * Per-device context shared with the pressure callback and DLPack exports
+ *
+ * Those run without the GIL and may outlive the Device object, so what
+ * they need lives in a small reference-counted block: the Device holds one
+ * reference; a running callback and every live DLPack export hold one each.
+ * ---------------------------------------------------------------------- */
+
+typedef struct sw_py_devctx {
+    atomic_int refs;
+    atomic_int alive;    /* 0 once the Device is closed: stop collecting */
+    atomic_long exports; /* live zero-copy DLPack exports of its memory */
+} sw_py_devctx;
+
+static inline sw_py_devctx *sw_py_ctx_new(void)
+{
+    sw_py_devctx *c = malloc(sizeof *c);
+    if (c != NULL) {
+        atomic_init(&c->refs, 1);
+        atomic_init(&c->alive, 1);
+        atomic_init(&c->exports, 0);
+    }
+    return c;
+}
+
+static inline void sw_py_ctx_ref(sw_py_devctx *c)
+{
+    atomic_fetch_add(&c->refs, 1);
+}
+
+static inline void sw_py_ctx_unref(sw_py_devctx *c)
+{
+    if (c != NULL && atomic_fetch_sub(&c->refs, 1) == 1)
+        free(c);
+}
+
+/* ------------------------------------------------------------------------
+ * Device
+ * ---------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    sw_device *dev; /* our sw_device_open reference; NULL once closed */
+    sw_py_devctx *ctx;
+    int cb_id;      /* pressure callback slot; -1 when none */
+    int closed;     /* close() was called */
+    /* Arrays, open peak scopes, helper threads and calls in progress on
+     * it: the device is really closed when close() was called and this
+     * drops to 0.  Changed with the GIL. */
+    Py_ssize_t users;
+    PyObject *name;        /* str "sim:0" */
+    PyObject *description; /* str */
+    PyObject *weakreflist;
+} DeviceObject;
+
+/* Count a user of d / drop one (the last one of a closed device closes
+ * it).  With the GIL. */
+static inline void sw_py_device_use(DeviceObject *d) { d->users++; }
+void sw_py_device_unuse(DeviceObject *d);
+
+/* -1 with ValueError when d was closed. */
+int sw_py_device_check_open(DeviceObject *d);
+
+/* The Device for spec (a str), or the default device when spec is NULL,
+ * opening it on first use.  New reference. */
+DeviceObject *sw_py_device_lookup(sw_py_state *st, PyObject *spec);
+
+/* A device= argument: a Device, a spec string or None.  New reference. */
+DeviceObject *sw_py_resolve_device(sw_py_state *st, PyObject *obj);
+
+/* A device call with the GIL released, the device counted as in use
+ * meanwhile (so that a close() from another thread waits for it); the call
+ * names the device dev_. */
+#define SW_PY_DEVICE_CALL(d, rc, call)                                        \
+    do {                                                                      \
+        sw_device *dev_ = (d)->dev;                                           \
+        sw_py_device_use(d);                                                  \
+        (void)dev_;                                                           \
+        NOGIL(rc = (call));                                                   \
+        sw_py_device_unuse(d);                                                \
+    } while (0)
+
+#endif /* SPILLWAY_PY_DEVICE_H */

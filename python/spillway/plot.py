@@ -1,0 +1,209 @@
+"""Pictures of a memory history: ``python -m spillway.plot TRACE.json``.
+
+Draws what people would rather look at than read: in use, cached and
+spilled stacked over time, the budget as a line, spills and restores as
+marks, OOMs flagged, and the largest holders labelled at the moment they
+were allocated (with their allocating line when tracebacks were recorded).
+Reads either format of ``dump_memory_history`` / ``sw_trace_dump``.
+
+matplotlib is an optional dependency (``pip install spillway[plot]``); the
+rest of spillway never imports it.  The picture is drawn with the Agg
+backend, so no display is needed.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+__all__ = ["plot_memory_history", "load_history", "main"]
+
+MIB = 1024.0 * 1024.0
+
+
+def load_history(path):
+    """The timeline of a dump, normalized: a dict with ``device``, ``t``
+    (seconds), ``in_use``, ``cached``, ``spilled``, ``budget`` (lists of
+    the same length), ``spills`` and ``restores`` ([(t, bytes, tag)]),
+    ``ooms`` ([(t, requested, tag)]), ``allocs`` ([(t, bytes, tag,
+    site)]) and ``dropped``."""
+    with open(path) as f:
+        doc = json.load(f)
+    h = dict(device="?", t=[], in_use=[], cached=[], spilled=[], budget=[],
+             spills=[], restores=[], ooms=[], allocs=[], dropped=0)
+    if "traceEvents" in doc:
+        _from_chrome(doc, h)
+    elif doc.get("format") == "spillway-snapshot":
+        _from_snapshot(doc, h)
+    else:
+        raise ValueError("%s is not a spillway memory history (neither a "
+                         "Chrome trace nor a snapshot)" % path)
+    return h
+
+
+def _from_chrome(doc, h):
+    other = doc.get("otherData", {})
+    h["device"] = other.get("spillway_device", "?")
+    h["dropped"] = other.get("dropped", 0)
+    budget = 0
+    for ev in doc["traceEvents"]:
+        ph, name, args = ev.get("ph"), ev.get("name"), ev.get("args", {})
+        t = ev.get("ts", 0) / 1e6
+        if ph == "C" and name == "budget":
+            budget = args.get("budget", 0)
+            if h["t"]:
+                _append(h, t, h["in_use"][-1], h["cached"][-1],
+                        h["spilled"][-1], budget)
+        elif ph == "C" and name == "memory":
+            _append(h, t, args.get("in_use", 0), args.get("cached", 0),
+                    args.get("spilled", 0), budget)
+        elif name in ("spill", "restore"):
+            h[name + "s"].append((t, args.get("bytes", 0), args.get("tag")))
+        elif name == "OOM":
+            h["ooms"].append((t, args.get("requested", 0), args.get("tag")))
+        elif name == "alloc":
+            stack = args.get("stack")
+            h["allocs"].append((t, args.get("bytes", 0), args.get("tag"),
+                                stack[0] if stack else None))
+
+
+def _from_snapshot(doc, h):
+    h["device"] = doc.get("device", "?")
+    hist = doc.get("history", {})
+    h["dropped"] = hist.get("dropped", 0)
+    events = hist.get("events", [])
+    t0 = events[0]["time_ns"] if events else 0
+    for ev in events:
+        t = (ev["time_ns"] - t0) / 1e9
+        _append(h, t, ev["in_use"], ev["cached"], ev["spilled"],
+                ev["budget"])
+        kind = ev["kind"]
+        if kind == "spill_end" and not ev["aux"]:
+            h["spills"].append((t, ev["size"], ev["tag"]))
+        elif kind == "restore_end" and not ev["aux"]:
+            h["restores"].append((t, ev["size"], ev["tag"]))
+        elif kind == "oom":
+            h["ooms"].append((t, ev["size"], ev["tag"]))
+        elif kind == "alloc":
+            stack = ev.get("stack")
+            h["allocs"].append((t, ev["size"], ev["tag"],
+                                stack[0] if stack else None))
+
+
+def _append(h, t, in_use, cached, spilled, budget):
+    h["t"].append(t)
+    h["in_use"].append(in_use)
+    h["cached"].append(cached)
+    h["spilled"].append(spilled)
+    h["budget"].append(budget)
+
+
+def plot_memory_history(trace, out=None, title=None, holders=5):
+    """Draw the memory history in ``trace`` (a path) to ``out`` (a PNG path,
+    default: the trace's path with .png).  Returns ``out``."""
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ImportError("spillway.plot needs matplotlib: pip install "
+                          "spillway[plot]") from e
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    h = load_history(trace)
+    if out is None:
+        out = os.path.splitext(os.fspath(trace))[0] + ".png"
+    fig, ax = plt.subplots(figsize=(11, 5.5), dpi=100)
+    t = h["t"]
+    if t:
+        ax.stackplot(t, [v / MIB for v in h["in_use"]],
+                     [v / MIB for v in h["cached"]],
+                     [v / MIB for v in h["spilled"]],
+                     labels=["in use", "cached", "spilled (host)"],
+                     colors=["#4878d0", "#a1c9f4", "#ee854a"], step="post",
+                     alpha=0.9)
+        if any(h["budget"]):
+            ax.step(t, [b / MIB if b else float("nan") for b in h["budget"]],
+                    where="post", color="#d62728", linewidth=1.5,
+                    label="budget")
+    top = max((a + c + s for a, c, s in zip(h["in_use"], h["cached"],
+                                            h["spilled"])), default=0) / MIB
+    for key, color, y, label in (("spills", "#ee854a", 0.97, "spill"),
+                                 ("restores", "#2ca02c", 0.93, "restore")):
+        xs = [e[0] for e in h[key]]
+        if xs:
+            ax.plot(xs, [top * y] * len(xs), linestyle="none", marker="|",
+                    markersize=9, color=color,
+                    label="%s (%d)" % (label, len(xs)))
+    for i, (when, req, tag) in enumerate(h["ooms"]):
+        ax.axvline(when, color="black", linestyle="--", linewidth=1,
+                   label="OOM" if i == 0 else None)
+        ax.annotate("OOM: %.1f MiB%s" % (req / MIB,
+                                         " for %r" % tag if tag else ""),
+                    (when, top * 0.5), rotation=90, fontsize=8,
+                    va="center", ha="right")
+    # The largest holders, labelled where they were allocated.
+    biggest = sorted(h["allocs"], key=lambda a: a[1], reverse=True)[:holders]
+    span = (t[-1] - t[0]) if len(t) > 1 else 1.0
+    for rank, (when, size, tag, site) in enumerate(
+            sorted(biggest, key=lambda a: a[0])):
+        text = "%s %.1f MiB" % (tag or "(untagged)", size / MIB)
+        if site:
+            text += "\n" + _short(site)
+        # Staggered, so that labels of allocations made together stay
+        # readable; each points at the moment its allocation was made.
+        ax.annotate(text, (when, 0), fontsize=7,
+                    xytext=(when + span * 0.01, top * (0.15 + 0.14 * rank)),
+                    textcoords="data",
+                    bbox=dict(boxstyle="round,pad=0.2", fc="white",
+                              ec="gray", lw=0.5, alpha=0.85),
+                    arrowprops=dict(arrowstyle="-", color="gray", lw=0.5))
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("MiB")
+    name = title or "spillway memory history: %s" % h["device"]
+    if h["dropped"]:
+        name += " (%d earliest events dropped)" % h["dropped"]
+    ax.set_title(name)
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def _short(site):
+    """'dir/file.py:12 in f' for a long path."""
+    path, _, rest = site.partition(":")
+    parts = path.split(os.sep)
+    return os.sep.join(parts[-2:]) + ":" + rest
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="spillway plot",
+        description="Draw a spillway memory history (a Chrome trace or a "
+                    "snapshot from dump_memory_history / sw_trace_dump) as "
+                    "a PNG.")
+    p.add_argument("trace", help="the dumped history (JSON)")
+    p.add_argument("-o", "--output", help="the PNG to write (default: "
+                   "TRACE with .png)")
+    p.add_argument("--title", help="the picture's title")
+    p.add_argument("--holders", type=int, default=5,
+                   help="how many of the largest allocations to label")
+    args = p.parse_args(argv)
+    try:
+        out = plot_memory_history(args.trace, args.output, args.title,
+                                  args.holders)
+    except (OSError, ValueError, KeyError) as e:
+        print("spillway plot: %s" % e, file=sys.stderr)
+        return 1
+    except ImportError as e:
+        print("spillway plot: %s" % e, file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""The memory history from Python: recording with and without tracebacks,
+dumps in both formats (valid JSON, Perfetto's schema), out-of-memory
+messages that name the allocating line, pictures, and bad input."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import spillway as sw
+
+MIB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _no_history_left():
+    yield
+    # A recording left on would slow the rest of the suite.
+    try:
+        sw.memory_history(enabled=False)
+    except ValueError:
+        pass
+    sw.set_memory_budget(None)
+
+
+def here():
+    """'test_history.py:<line of the caller>'."""
+    f = sys._getframe(1)
+    return "%s:%d" % (os.path.basename(f.f_code.co_filename), f.f_lineno)
+
+
+def test_records_events_and_tracebacks():
+    with sw.memory_history(stacks=True) as h:
+        a = sw.zeros((256, 256), tag="first"); site = here()  # noqa: E702
+        b = sw.add(a, a)
+        del b
+    assert not h.recording
+    events, dropped = h.events()
+    assert dropped == 0
+    kinds = [e["kind"] for e in events]
+    assert kinds[0] == "start"
+    assert "alloc" in kinds and "free" in kinds
+    first = next(e for e in events if e["kind"] == "alloc")
+    assert first["tag"] == "first"
+    assert first["buffer"] == sw.history._C._buffer_id(a)
+    stack = h.stack_of(first["buffer"])
+    assert stack is not None
+    filename, line, func = stack[0]
+    assert "%s:%d" % (os.path.basename(filename), line) == site
+    assert func == "test_records_events_and_tracebacks"
+    # Totals after each event replay from the start.
+    in_use = events[0]["in_use"]
+    for e in events[1:]:
+        if e["kind"] == "alloc":
+            in_use += e["size"]
+        elif e["kind"] == "free" and not e["aux"]:
+            in_use -= e["size"]
+        assert e["in_use"] == in_use
+    assert sw.memory_info().in_use == in_use
+
+
+def test_without_stacks_and_stopping():
+    h = sw.memory_history(stacks=False, max_entries=128)
+    a = sw.empty(1000)
+    assert h.stacks is None
+    sw.memory_history(enabled=False)
+    assert not h.recording
+    n = len(h.events()[0])
+    b = sw.empty(1000)
+    assert len(h.events()[0]) == n  # nothing more recorded
+    del a, b
+    with pytest.raises(ValueError, match="no memory history"):
+        sw.memory_history(enabled=False)
+
+
+def test_ring_bound_and_dropped(tmp_path):
+    h = sw.memory_history(stacks=False, max_entries=100)
+    for _ in range(500):
+        sw.empty(64)
+    h.stop()
+    events, dropped = h.events()
+    assert len(events) == 100
+    assert dropped == events[-1]["seq"] + 1 - 100
+    assert dropped > 0
+    path = tmp_path / "t.json"
+    sw.dump_memory_history(path)
+    assert json.loads(path.read_text())["otherData"]["dropped"] == dropped
+
+
+def check_chrome_schema(doc):
+    """What Perfetto and chrome://tracing need of a trace."""
+    assert isinstance(doc["traceEvents"], list)
+    for ev in doc["traceEvents"]:
+        assert ev["ph"] in ("M", "C", "X", "i", "B", "E"), ev
+        assert isinstance(ev["pid"], int)
+        assert isinstance(ev["name"], str)
+        if ev["ph"] != "M":
+            assert isinstance(ev["ts"], (int, float)) and ev["ts"] >= 0
+            assert "tid" in ev
+        if ev["ph"] == "C":
+            assert ev["args"] and all(isinstance(v, (int, float))
+                                      for v in ev["args"].values())
+        if ev["ph"] == "X":
+            assert ev["dur"] >= 0
+
+
+def test_dumps_chrome_and_snapshot(tmp_path):
+    with sw.memory_history(stacks=True):
+        sw.set_memory_budget(MIB)
+        keep = [sw.zeros(64 * 1024, tag="held-%d" % i) for i in range(6)]
+        s = sw.sum(keep[0])  # restores the first one
+    assert s == 0
+    chrome = tmp_path / "trace.json"
+    sw.dump_memory_history(chrome)
+    doc = json.loads(chrome.read_text())
+    check_chrome_schema(doc)
+    names = {e["name"] for e in doc["traceEvents"]}
+    assert {"memory", "budget", "spill", "restore", "alloc"} <= names
+    allocs = [e for e in doc["traceEvents"] if e["name"] == "alloc"]
+    assert all("test_history.py" in e["args"]["stack"][0] for e in allocs)
+    snap = tmp_path / "snap.json"
+    sw.dump_memory_history(snap, format="snapshot")
+    doc = json.loads(snap.read_text())
+    assert doc["format"] == "spillway-snapshot"
+    tags = {b["tag"]: b for b in doc["buffers"]}
+    assert tags["held-0"]["state"] == "resident"
+    assert tags["held-5"]["stack"][0].startswith(
+        os.path.abspath(__file__) if False else tags["held-5"]["stack"][0])
+    assert any(b["state"] == "spilled" for b in doc["buffers"])
+    assert doc["totals"]["spilled"] > 0
+    del keep
+
+
+def test_oom_names_the_allocating_line():
+    with sw.memory_history(stacks=True):
+        sw.set_memory_budget(2 * MIB)
+        big = sw.zeros(MIB // 4, tag="the-holder"); site = here()  # noqa
+        with pytest.raises(sw.DeviceMemoryError) as e:
+            sw.empty(3 * MIB // 4, tag="too-much")  # more than the budget
+        msg = str(e.value)
+        del e
+        head, sep, holders = msg.partition(
+            "\nLargest holders by allocating line:\n")
+        assert sep, msg
+        line = next(l for l in holders.splitlines() if "the-holder" in l)
+        assert site in line and "resident" in line
+        del big
+    # Without tracebacks the message is the library's alone.
+    sw.set_memory_budget(None)
+    with sw.memory_history(stacks=False):
+        sw.set_memory_budget(MIB)
+        with pytest.raises(sw.DeviceMemoryError) as e:
+            sw.empty(2 * MIB // 4)
+    assert "allocating line" not in str(e.value)
+
+
+def test_dump_while_threads_allocate(tmp_path):
+    stop = threading.Event()
+    errors = []
+
+    def work():
+        try:
+            while not stop.is_set():
+                a = sw.empty(4096, tag='quote " and\nnewline')
+                a[0] = 1.0
+                del a
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    with sw.memory_history(stacks=True, max_entries=4096):
+        threads = [threading.Thread(target=work) for _ in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            for i in range(6):
+                path = tmp_path / ("d%d.json" % i)
+                sw.dump_memory_history(
+                    path, format="chrome" if i % 2 else "snapshot")
+                json.loads(path.read_text())
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+    assert not errors
+
+
+def test_c_thread_allocations_have_no_traceback():
+    from spillway import _testing
+    with sw.memory_history(stacks=True) as h:
+        t = _testing.start_c_thread_allocating(None, 4096, 50, hold=0)
+        r = t.join(timeout=60)
+    assert r["errors"] == 0, r
+    allocs = [e for e in h.events()[0] if e["kind"] == "alloc"]
+    assert len(allocs) >= 50
+    assert all(h.stack_of(e["buffer"]) is None for e in allocs)
+
+
+def test_plot_makes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    with sw.memory_history(stacks=True):
+        sw.set_memory_budget(MIB)
+        keep = [sw.zeros(64 * 1024, tag="p%d" % i) for i in range(5)]
+        del keep
+    trace = tmp_path / "trace.json"
+    sw.dump_memory_history(trace)
+    out = sw.plot_memory_history(trace, tmp_path / "m.png")
+    data = open(out, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 10000
+    snap = tmp_path / "snap.json"
+    sw.dump_memory_history(snap, format="snapshot")
+    assert open(sw.plot_memory_history(snap), "rb").read(4) == b"\x89PNG"
+
+
+def test_plot_command(tmp_path):
+    pytest.importorskip("matplotlib")
+    binary = os.path.join(os.environ.get("SPILLWAY_BUILD_DIR", "build"),
+                          "spillway")
+    if not os.path.exists(binary):
+        pytest.skip("no spillway program in the build directory")
+    with sw.memory_history(stacks=False):
+        a = sw.empty(10000)
+        del a
+    trace = tmp_path / "trace.json"
+    sw.dump_memory_history(trace)
+    env = dict(os.environ, PYTHON=sys.executable)
+    p = subprocess.run([binary, "plot", str(trace), "-o",
+                        str(tmp_path / "cli.png")], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "cli.png").read_bytes()[:4] == b"\x89PNG"
+    p = subprocess.run([binary, "plot", str(tmp_path / "missing.json")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 1
+    assert "missing.json" in p.stderr
+
+
+def test_bad_input(tmp_path):
+    with pytest.raises(ValueError, match="max_entries"):
+        sw.memory_history(max_entries=0)
+    with pytest.raises(TypeError, match="max_entries"):
+        sw.memory_history(max_entries="many")
+    with pytest.raises(sw.DeviceMemoryError, match="too large"):
+        sw.memory_history(max_entries=1 << 40)
+    with pytest.raises(TypeError, match="device"):
+        sw.memory_history(device=3.5)
+    sw.memory_history(stacks=False)
+    with pytest.raises(ValueError, match="unknown memory history format"):
+        sw.dump_memory_history(tmp_path / "x.json", format="perfetto")
+    with pytest.raises(ValueError, match="cannot write"):
+        sw.dump_memory_history(tmp_path / "no" / "such" / "dir.json")
+    sw.memory_history(enabled=False)
+    with pytest.raises(ValueError, match="no memory history"):
+        sw.memory_history(enabled=False)
+    with pytest.raises(ValueError, match="not a spillway memory history"):
+        bogus = tmp_path / "bogus.json"
+        bogus.write_text('{"a": 1}')
+        sw.plot.load_history(bogus)
