@@ -53,8 +53,9 @@
  *    so the byte and accounting checks above cover it; for the argument
  *    errors (INVALID_ARG, INVALID_HANDLE, OUT_OF_RANGE, DTYPE, TOO_LARGE,
  *    BUSY, NO_DEVICE) every memory_info field (but device_free, which the
- *    driver reports, and host_pool, which copies completing in the
- *    background refill) and every allocation's state must be exactly as
+ *    driver reports, and host_pool and the seconds of spills and restores,
+ *    which copies completing in the background update) and every
+ *    allocation's state must be exactly as
  *    before the call.  OOM, HOST_OOM and DEVICE may have moved buffers on
  *    the way (spills, restores of earlier operands, trims) but nothing
  *    else, and only ooms/alloc_retries/gc_runs/spill and restore counters
@@ -137,13 +138,13 @@ static void compare_info(fz_engine *e, const char *call, int d,
     SAME(spilled_bytes_total) SAME(restored_bytes_total)
     SAME(alloc_retries) SAME(ooms) SAME(gc_runs)
     /* (Not host_pool: a copy that completes hands its host block back
-     * whenever the device is next entered, as device_free moves.) */
+     * whenever the device is next entered, as device_free moves.  A copy
+     * out's failure, noticed then too, would put its buffer back: only
+     * under a device error, never injected ones, which fail at once.) */
     SAME(peak_reserved) SAME(live_buffers) SAME(host_pool_limit)
 #undef SAME
-    if (a->spill_seconds != b->spill_seconds ||
-        a->restore_seconds != b->restore_seconds)
-        fz_fail(e->w, e, "%s failed and yet changed %s's spill/restore "
-                "seconds", call, e->w->spec[d]);
+    /* (Nor spill_seconds and restore_seconds: a copy's time is counted
+     * when its completion is noticed, at any later entry.) */
 }
 
 bool fz_result(fz_engine *e, const char *call, int rc, fz_expect ex,

@@ -86,15 +86,19 @@ static void build_optable(void)
 
 /* FUZZ_FAIL_AT_STEP=N: a divergence at step N of every input, to see
  * that a run that fails says so (and keeps the input). */
-static int fail_at = -1;
+static int fail_at = 0x7fffffff;
+
+static void build_optable_and_read_env(void)
+{
+    build_optable();
+    const char *f = getenv("FUZZ_FAIL_AT_STEP");
+    if (f != NULL && *f)
+        fail_at = atoi(f);
+}
 
 bool fz_engine_step(fz_engine *e, fz_src *src)
 {
-    pthread_once(&optable_once, build_optable);
-    if (e->step == 0 && fail_at < 0) {
-        const char *f = getenv("FUZZ_FAIL_AT_STEP");
-        fail_at = f != NULL && *f ? atoi(f) : 0x7fffffff;
-    }
+    pthread_once(&optable_once, build_optable_and_read_env);
     if (e->step == fail_at)
         fz_fail(e->w, e, "FUZZ_FAIL_AT_STEP=%d: a divergence on purpose",
                 fail_at);

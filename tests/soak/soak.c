@@ -26,8 +26,9 @@
  *
  * Every epoch (default 2 s) the workers pause between steps and the main
  * thread checks the device as a whole: in_use and spilled are exactly the
- * sums of every worker's live allocations and the shared buffers, peak >=
- * in_use, counters are monotone, and the next allocation respects the
+ * sums of every worker's live allocations and the shared buffers, and
+ * live_buffers their number, peak >= in_use, peak_reserved >= in_use +
+ * cached, counters are monotone, and the next allocation respects the
  * budget.  At the end every worker frees everything and the device must
  * be empty and close cleanly.
  *
@@ -189,12 +190,15 @@ static void epoch_check(void)
     fz_world_drain_victims(&world);
     if (sw_device_synchronize(dev) != SW_OK)
         fz_fail(&world, NULL, "soak: synchronize at an epoch");
-    uint64_t res = 0, sp = 0;
+    uint64_t res = 0, sp = 0, bases = (uint64_t)world.nshared;
     for (int t = 0; t < nworkers; t++) {
         uint64_t r, s;
         fz_engine_footprint(&engines[t], 0, &r, &s, true);
         res += r;
         sp += s;
+        for (int a = 0; a < FZ_NALLOC; a++)
+            bases += engines[t].alloc[a].live &&
+                     engines[t].alloc[a].shared < 0;
     }
     for (int k = 0; k < world.nshared; k++) {
         sw_buffer_state st;
@@ -214,8 +218,13 @@ static void epoch_check(void)
         fz_fail(&world, NULL, "soak: in_use %" PRIu64 " spilled %" PRIu64
                 "; the workers and shared buffers hold %" PRIu64 " and %"
                 PRIu64, m.in_use, m.spilled, res, sp);
-    if (m.peak < m.in_use)
-        fz_fail(&world, NULL, "soak: peak < in_use");
+    if (m.live_buffers != bases)
+        fz_fail(&world, NULL, "soak: live_buffers %" PRIu64 ", the workers "
+                "and shared buffers have %" PRIu64, m.live_buffers, bases);
+    if (m.peak < m.in_use || m.peak_reserved < m.in_use + m.cached ||
+        m.host_pool > m.host_pool_limit)
+        fz_fail(&world, NULL, "soak: peak < in_use, peak_reserved < in_use "
+                "+ cached, or host_pool > its limit");
     if (have_last && (m.allocs < last.allocs || m.frees < last.frees ||
                       m.spills < last.spills || m.restores < last.restores ||
                       m.ooms < last.ooms || m.gc_runs < last.gc_runs ||
