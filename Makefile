@@ -83,6 +83,32 @@ ALL_SUITES += c-cuda-fake 'SPILLWAY_CUDA_LIBRARY=build/tests/c/libcuda_fake.so S
 ALL_SUITES += c-cuda-fake-asan 'SPILLWAY_CUDA_LIBRARY=build-asan/tests/c/libcuda_fake.so SW_TEST_DEVICE=cuda:0 $(ASAN_ENV) build-asan/$(TEST_BIN)'
 ALL_SUITES += c-cuda    'scripts/if-device.sh cuda:0 build/$(TEST_BIN)'
 ALL_SUITES += python-cuda '$(call PY_BUILT,build) scripts/if-device.sh cuda:0 $(call PY_SUITE,SPILLWAY_BUILD_DIR=build SPILLWAY_DEVICE=cuda:0)'
+# HIP: the backend's host side through CPU stand-ins for the ROCm runtime
+# and hipRTC (tests/hip/; not a GPU), the whole suite on hip:0, plain and
+# under ASan+UBSan; with an AMD GPU, the C and Python suites on the real
+# hip:0 ("not run" elsewhere).  docs/hip.md.
+HIP_FAKE = SPILLWAY_HIP_LIBRARY=$(1)/tests/c/libamdhip64_fake.so SPILLWAY_HIPRTC_LIBRARY=$(1)/tests/c/libhiprtc_fake.so
+ALL_SUITES += c-hip-fake '$(call HIP_FAKE,build) SW_TEST_DEVICE=hip:0 build/$(TEST_BIN)'
+ALL_SUITES += c-hip-fake-asan '$(call HIP_FAKE,build-asan) SW_TEST_DEVICE=hip:0 $(ASAN_ENV) build-asan/$(TEST_BIN)'
+ALL_SUITES += c-hip     'scripts/if-device.sh hip:0 build/$(TEST_BIN)'
+ALL_SUITES += python-hip '$(call PY_BUILT,build) scripts/if-device.sh hip:0 $(call PY_SUITE,SPILLWAY_BUILD_DIR=build SPILLWAY_DEVICE=hip:0)'
+# Level Zero: the backend's host side through a CPU stand-in for the loader
+# with one GPU behind it (tests/ze/; not a GPU), the whole suite on ze:0,
+# plain and under ASan+UBSan ("not run" in a build without the SPIR-V
+# kernels: clang and llvm-spirv); with an Intel GPU, the C and Python
+# suites on the real ze:0.  docs/level-zero.md.
+ZE_SPIRV = [[ -f $(1)/ze_fp64.spv ]] || { echo "no SPIR-V kernels in $(1)/ (clang and llvm-spirv were not found): the ze suites need them"; exit 77; };
+ALL_SUITES += c-ze-fake '$(call ZE_SPIRV,build) SPILLWAY_ZE_LIBRARY=build/tests/c/libze_loader_fake.so SW_TEST_DEVICE=ze:0 build/$(TEST_BIN)'
+ALL_SUITES += c-ze-fake-asan '$(call ZE_SPIRV,build-asan) SPILLWAY_ZE_LIBRARY=build-asan/tests/c/libze_loader_fake.so SW_TEST_DEVICE=ze:0 $(ASAN_ENV) build-asan/$(TEST_BIN)'
+ALL_SUITES += c-ze      'scripts/if-device.sh ze:0 build/$(TEST_BIN)'
+ALL_SUITES += python-ze '$(call PY_BUILT,build) scripts/if-device.sh ze:0 $(call PY_SUITE,SPILLWAY_BUILD_DIR=build SPILLWAY_DEVICE=ze:0)'
+# The host backend (host:0, the process's own memory, accounting only:
+# docs/host.md): the whole C suite, plain and under ASan+UBSan, and the
+# Python suite, on the host's real memory.  Tests that need spilling skip
+# themselves there (host:0 never spills).
+ALL_SUITES += c-host    'SW_TEST_DEVICE=host:0 build/$(TEST_BIN)'
+ALL_SUITES += c-host-asan 'SW_TEST_DEVICE=host:0 $(ASAN_ENV) build-asan/$(TEST_BIN)'
+ALL_SUITES += python-host '$(call PY_BUILT,build) $(call PY_SUITE,SPILLWAY_BUILD_DIR=build SPILLWAY_DEVICE=host:0)'
 # The model-based fuzzer (tests/fuzz, docs/testing.md): fixed-seed,
 # time-boxed libFuzzer runs from the committed seeds under ASan+UBSan (two
 # sim devices; OpenCL beside a sim device, where present; CUDA through the
@@ -119,7 +145,7 @@ help:
 	@echo "make test       bootstrap, build (plain, ASan+UBSan, TSan, libFuzzer), run every suite"
 	@echo "make build      bootstrap and build build/ (the default)"
 	@echo "make bench      release build, then run the benchmarks in build-release/bench"
-	@echo "                and bench/bench_python.py"
+	@echo "                and bench/bench_python.py, bench_queues.py, bench_interop.py"
 	@echo "make bootstrap  install missing system packages and the venv only"
 	@echo "make coverage-hostoom  which host-allocation failure paths the fault tests reach"
 	@echo "make fuzz       run the libFuzzer target until interrupted (FUZZ_TIME=seconds,"
@@ -256,6 +282,8 @@ bench: build-release
 	  $(VENV)/bin/python bench/bench_python.py --build build-release; \
 	  echo "== bench/bench_queues.py"; \
 	  $(VENV)/bin/python bench/bench_queues.py --build build-release; \
+	  echo "== bench/bench_interop.py"; \
+	  $(VENV)/bin/python bench/bench_interop.py --build build-release; \
 	fi
 
 # Every SW_ERR_HOST_OOM return of the core reached by the host-allocation

@@ -475,9 +475,11 @@ typedef struct sw_kernel_args {
     sw_kernel kernel;
     sw_dtype dtype;
     size_t n;        /* elements */
-    sw_devmem out;   /* for SW_KERNEL_SUM: 8 bytes */
+    sw_devmem out;   /* for SW_KERNEL_SUM: 8 bytes (16 for complex) */
     sw_devmem a, b;  /* unused operands are ignored */
-    sw_scalar alpha; /* .f or .i by dtype */
+    sw_scalar alpha; /* by the dtype's kind (.f, .i, .u or .c); converted
+                      * once to the element type, rounding to nearest
+                      * even (float16 0.1 is 0x2E66) */
 } sw_kernel_args;
 
 /* Queue a built-in kernel on device memory obtained from sw_launch_begin.
@@ -503,8 +505,8 @@ SW_API int sw_op_scale(sw_buffer *out, sw_buffer *a, sw_scalar alpha,
 SW_API int sw_op_axpy(sw_scalar alpha, sw_buffer *x, sw_buffer *y,
                       sw_dtype dtype, size_t n);
 /* Reduce on the device and wait for the result (.f for float dtypes, .i for
- * integer ones).  The first sum on a device reserves SW_ALLOC_GRANULARITY
- * bytes of device memory for results (seen in device_free, not in
+ * signed ones and bool, .u for unsigned, .c for complex).  The first sum on
+ * a device reserves SW_ALLOC_GRANULARITY bytes of device memory for results (seen in device_free, not in
  * in_use) until the device is closed. */
 SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out);
 

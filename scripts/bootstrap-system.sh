@@ -9,6 +9,16 @@
 # runtimes (clang, libclang-rt-dev) for the fuzz suites (tests/fuzz; without
 # them those suites are "not run").  clinfo is optional (handy for looking).
 #
+# Wanted, not needed (no backend needs them to build or run; see
+# debian_optional below): ROCm's HIP headers (libamdhip64-dev, which brings
+# Debian's ROCm 5.2 runtime and hipRTC) and Level Zero's (libze-dev, which
+# brings the loader), against which the build checks the HIP and Level Zero
+# backends' own declarations, and clang-14 with llvm-spirv-14, which compile
+# the built-in OpenCL kernels to SPIR-V for the Level Zero backend.  They are
+# installed in a separate apt call whose failure is only a warning: without
+# them those checks are skipped, saying so, and the ze backend has no
+# kernels (and the c-ze-fake suites do not run).
+#
 # On Debian (/etc/debian_version) the missing packages are found with
 # dpkg-query, then `apt-get update` runs once and `apt-get install -y
 # --no-install-recommends` installs them -- as root, or through sudo.  When
@@ -77,6 +87,7 @@ debian_bootstrap() {
         deb_installed "$p" || missing+=("$p")
     done
     if ((${#missing[@]} == 0)); then
+        debian_optional
         check_after_install
         return
     fi
@@ -107,7 +118,51 @@ debian_bootstrap() {
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
         apt-get install -y -q --no-install-recommends "${missing[@]}"
+    APT_UPDATED=1
+    debian_optional
     check_after_install
+}
+
+# The wanted-not-needed packages (see the top): installed when apt can, a
+# warning when it cannot (another Debian release, no root, no network).
+# libamdhip64-dev and libze-dev are Debian bookworm's names (ROCm 5.2.3,
+# Level Zero 1.8.12); clang-14 and llvm-spirv-14 are a matching pair (the
+# SPIR-V translator reads only its own LLVM's bitcode).
+APT_UPDATED=0
+debian_optional() {
+    local -a opt=(libamdhip64-dev libze-dev clang-14 llvm-spirv-14)
+    local -a missing=()
+    local p
+    for p in "${opt[@]}"; do
+        deb_installed "$p" || missing+=("$p")
+    done
+    ((${#missing[@]} == 0)) && return 0
+    local -a sudo=()
+    if ((EUID != 0)); then
+        if have sudo && sudo -n true 2>/dev/null; then
+            sudo=(sudo -n)
+        else
+            warn "optional packages missing (not root, no usable sudo): ${missing[*]};" \
+                "the HIP/Level Zero header checks and the SPIR-V kernels are skipped"
+            return 0
+        fi
+    fi
+    if [[ -n "${SW_BOOTSTRAP_DRY_RUN:-}" ]]; then
+        say "dry run: would install the optional packages: ${missing[*]}"
+        return 0
+    fi
+    say "installing optional packages: ${missing[*]}"
+    if ((APT_UPDATED == 0)); then
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q || true
+        APT_UPDATED=1
+    fi
+    if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+        warn "could not install ${missing[*]} (not Debian bookworm's names" \
+            "here?): the HIP/Level Zero header checks and the SPIR-V kernels" \
+            "are skipped"
+    fi
+    return 0
 }
 
 # After (or without) installing: the probes must pass now.  A python3 that is

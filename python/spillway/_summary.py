@@ -1,6 +1,8 @@
 """memory_summary(): a readable table of a device's accounting."""
 
-from ._spillway import memory_info, Device, _format_bytes
+import textwrap
+
+from ._spillway import memory_info, memory_snapshot, Device, _format_bytes
 
 __all__ = ["memory_summary", "format_bytes"]
 
@@ -16,8 +18,9 @@ def format_bytes(n):
 def memory_summary(device=None):
     """A text table of the device's memory: what is in use and its peak,
     what the cache keeps, what is spilled, the budget, the driver's view,
-    and the counters (allocations, spills and restores with their bytes and
-    time, retries, failures, collections run under pressure).
+    the counters (allocations, spills and restores with their bytes and
+    time, retries, failures, collections run under pressure), and the
+    largest live buffers (tag, size, state, and what holds them in place).
 
     device: a Device, a spec string such as 'sim:0', or None (the default
     device).  Print it: ``print(spillway.memory_summary())``.
@@ -41,10 +44,15 @@ def memory_summary(device=None):
                   f"{format_bytes(info.device_total)}")
     budget = "none" if info.budget is None else format_bytes(info.budget)
     title = f" spillway memory summary: {dev.name} "
+    # The description is wrapped at spaces, never cut inside a word.
+    desc = ["|" + f" {part} ".center(width - 2) + "|"
+            for part in textwrap.wrap(dev.description, width - 4,
+                                      break_long_words=False,
+                                      break_on_hyphens=False) or [""]]
     lines = [
         rule,
         "|" + title.center(width - 2) + "|",
-        "|" + f" {dev.description} ".center(width - 2)[: width - 2] + "|",
+        *desc,
         rule,
         row("In use", format_bytes(info.in_use)),
         row("Peak in use", format_bytes(info.peak)),
@@ -62,6 +70,33 @@ def memory_summary(device=None):
         row("Allocation retries", str(info.alloc_retries)),
         row("Out-of-memory errors", str(info.ooms)),
         row("GC runs under pressure", str(info.gc_runs)),
+        *_largest(dev, width, rule, thin),
         rule,
     ]
     return "\n".join(lines)
+
+
+def _largest(dev, width, rule, thin, count=5):
+    """The section on the largest live buffers: one line each."""
+    bufs = sorted(memory_snapshot(dev), key=lambda b: b["size"],
+                  reverse=True)
+    if not bufs:
+        return []
+    out = [thin, "|" + f" Largest live buffers ({len(bufs)} live)"
+           .ljust(width - 2) + "|"]
+    for b in bufs[:count]:
+        flags = [b["state"]]
+        if b["external"]:
+            flags.append("external")
+        if b["leases"]:
+            flags.append(f"{b['leases']} lease(s)")
+        if b["pins"]:
+            flags.append("pinned")
+        tag = b["tag"] or "(untagged)"
+        right = f"{format_bytes(b['size'])}  {', '.join(flags)}"
+        room = width - 4 - len(right) - 2
+        if len(tag) > room:
+            tag = tag[: max(room - 3, 1)] + "..."
+        out.append("| " + f"{tag:<{room}}  {right}"[: width - 4].ljust(
+            width - 4) + " |")
+    return out

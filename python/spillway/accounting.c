@@ -324,43 +324,14 @@ static PyObject *mod_set_memory_budget(PyObject *m, PyObject *const *args,
                          2, 1, v) < 0)
         return NULL;
     sw_py_state *st = sw_py_module_state(m);
-    uint64_t bytes = 0;
-    if (v[0] != Py_None) {
-        if (PyFloat_Check(v[0]) || !PyIndex_Check(v[0])) {
-            PyErr_Format(PyExc_TypeError,
-                         "set_memory_budget() takes a number of bytes (an "
-                         "integer) or None, not %.100s",
-                         Py_TYPE(v[0])->tp_name);
-            return NULL;
-        }
-        PyObject *idx = PyNumber_Index(v[0]);
-        if (idx == NULL)
-            return NULL;
-        int overflow = 0;
-        long long sv = PyLong_AsLongLongAndOverflow(idx, &overflow);
-        if (overflow < 0 || (overflow == 0 && sv < 0)) {
-            Py_DECREF(idx);
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError,
-                             "a memory budget cannot be negative (%R "
-                             "bytes); None removes the budget",
-                             v[0]);
-            return NULL;
-        }
-        bytes = PyLong_AsUnsignedLongLong(idx);
-        Py_DECREF(idx);
-        if (bytes == (uint64_t)-1 && PyErr_Occurred()) {
-            if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-                PyErr_Clear();
-                PyErr_Format(PyExc_ValueError,
-                             "memory budget %R is too large", v[0]);
-            }
-            return NULL;
-        }
-    }
     DeviceObject *d = sw_py_resolve_device(st, v[1]);
     if (d == NULL)
         return NULL;
+    uint64_t bytes = 0;
+    if (sw_py_parse_budget(st, v[0], d, &bytes) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
     int rc;
     SW_PY_DEVICE_CALL(d, rc, sw_set_memory_budget(dev_, bytes));
     Py_DECREF(d);
@@ -402,8 +373,10 @@ static PyMethodDef accounting_methods[] = {
            "in_use inside the block.  Scopes nest; each reports its own."),
     FASTKW("set_memory_budget", mod_set_memory_budget,
            "set_memory_budget(nbytes, device=None)\n--\n\nBound in_use + "
-           "cached to nbytes (None: no budget); beyond it least recently "
-           "used arrays spill to host memory."),
+           "cached to nbytes: bytes (an int), a size ('512M', '2GiB'), a "
+           "fraction of the device's memory (a float in (0, 1]) or None (no "
+           "budget).  Beyond it least recently used arrays spill to host "
+           "memory; a budget below what is held now spills at once."),
     FASTKW("get_memory_budget", mod_get_memory_budget,
            "get_memory_budget(device=None)\n--\n\nThe budget in bytes, or "
            "None."),

@@ -1,8 +1,10 @@
 /*
  * array.c -- Array: an array in device memory, a handle on an sw_buffer
  * (a base, a view, or a retained reference shared with other Arrays), its
- * attributes, host reads into NumPy and fill().  Views and elements:
- * view.c; DLPack export: dlpack.c.
+ * attributes, host reads into NumPy and fill(), and the type's spec, which
+ * lists the slots and methods of the other files: views and elements
+ * (view.c), DLPack export (dlpack.c), operators and sum/copy/astype
+ * (operators.c), pickling and copy.copy (pickle.c).
  */
 #include "array.h"
 #include "dtype.h"
@@ -24,6 +26,7 @@ PyObject *sw_py_array_wrap(sw_py_state *st, DeviceObject *d, sw_buffer *buf,
     }
     a->buf = buf;
     a->device = (DeviceObject *)Py_NewRef(d);
+    a->ext = NULL;
     a->weakreflist = NULL;
     a->nelem = nelem;
     a->nbytes = nelem * sw_py_dtypes[dt].size;
@@ -42,6 +45,19 @@ PyObject *sw_py_array_wrap(sw_py_state *st, DeviceObject *d, sw_buffer *buf,
         Py_DECREF(wr);
     }
     return (PyObject *)a;
+}
+
+PyObject *sw_py_array_wrap_view(sw_py_state *st, ArrayObject *src,
+                                sw_buffer *buf, int ndim,
+                                const Py_ssize_t *shape, size_t nelem)
+{
+    PyObject *r = sw_py_array_wrap(st, src->device, buf, src->dtype, ndim,
+                                   shape, nelem);
+    if (r != NULL && src->ext != NULL) {
+        sw_py_extmem_ref(src->ext);
+        ((ArrayObject *)r)->ext = src->ext;
+    }
+    return r;
 }
 
 int sw_py_array_check_device(ArrayObject *a)
@@ -87,6 +103,61 @@ PyObject *sw_py_array_alloc(sw_py_state *st, DeviceObject *d, sw_dtype dt,
     return r;
 }
 
+PyObject *sw_py_array_from_host(sw_py_state *st, DeviceObject *d,
+                                sw_dtype dt, int ndim,
+                                const Py_ssize_t *shape, size_t nelem,
+                                const void *bytes, const char *tag)
+{
+    PyObject *r = sw_py_array_alloc(st, d, dt, ndim, shape, nelem, tag);
+    size_t nbytes = nelem * sw_py_dtypes[dt].size;
+    if (r != NULL && nbytes > 0) {
+        sw_buffer *buf = ((ArrayObject *)r)->buf;
+        int rc;
+        NOGIL(rc = sw_buffer_write(buf, 0, bytes, nbytes));
+        if (rc != SW_OK) {
+            sw_py_raise(st, rc);
+            Py_CLEAR(r);
+        }
+    }
+    return r;
+}
+
+void *sw_py_array_read_all(sw_py_state *st, ArrayObject *a)
+{
+    void *tmp = PyMem_RawMalloc(a->nbytes ? a->nbytes : 1);
+    if (tmp == NULL)
+        return PyErr_NoMemory();
+    int rc = SW_OK;
+    if (a->nbytes > 0)
+        NOGIL(rc = sw_buffer_read(a->buf, 0, tmp, a->nbytes));
+    if (rc != SW_OK) {
+        PyMem_RawFree(tmp);
+        sw_py_raise(st, rc);
+        return NULL;
+    }
+    return tmp;
+}
+
+PyObject *sw_py_np_empty(sw_py_state *st, sw_dtype dt, int ndim,
+                         const Py_ssize_t *shape, int raw)
+{
+    PyObject *np = sw_py_numpy(st);
+    if (np == NULL)
+        return NULL;
+    PyObject *dto;
+    if (dt == SW_BFLOAT16 && raw) {
+        dto = PyUnicode_FromString("uint16");
+    } else {
+        dto = Py_XNewRef(sw_py_np_dtype(st, dt));
+    }
+    PyObject *shp = dto ? sw_py_shape_tuple(shape, ndim) : NULL;
+    PyObject *out = shp ? PyObject_CallMethod(np, "empty", "OO", shp, dto)
+                        : NULL;
+    Py_XDECREF(shp);
+    Py_XDECREF(dto);
+    return out;
+}
+
 static int Array_traverse(ArrayObject *a, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(a));
@@ -114,6 +185,12 @@ static void Array_dealloc(ArrayObject *a)
         if (rc == SW_OK)
             sw_py_thread.released++;
     }
+    /* The producer of imported memory goes after the handle: the wrapping
+     * buffer is released first (sw_py_extmem_unref waits for the work
+     * queued on it before the producer's deleter runs). */
+    sw_py_extmem *ext = a->ext;
+    a->ext = NULL;
+    sw_py_extmem_unref(ext);
     DeviceObject *d = a->device;
     a->device = NULL;
     if (d != NULL) {
@@ -167,7 +244,7 @@ static PyObject *Array_get_dtype(ArrayObject *a, void *c)
     sw_py_state *st = sw_py_type_state(Py_TYPE(a));
     if (st == NULL)
         return NULL;
-    return Py_XNewRef(sw_py_np_dtype(st, a->dtype));
+    return sw_py_dtype_obj(st, a->dtype);
 }
 
 static PyObject *Array_get_device(ArrayObject *a, void *c)
@@ -205,23 +282,18 @@ static PyObject *Array_get_tag(ArrayObject *a, void *c)
     return PyUnicode_DecodeUTF8(tag, (Py_ssize_t)strlen(tag), "replace");
 }
 
-/* Copy the array into a new NumPy array. */
+/* Copy the array into a new NumPy array.  bfloat16 needs ml_dtypes (NumPy
+ * has no such type): without it, a TypeError says what else to do. */
 static PyObject *Array_numpy(ArrayObject *a, PyObject *unused)
 {
     sw_py_state *st = sw_py_type_state(Py_TYPE(a));
     if (st == NULL || sw_py_array_check_device(a) < 0)
         return NULL;
-    PyObject *np = sw_py_numpy(st);
-    if (np == NULL)
+    PyObject *bf16 = NULL;
+    if (a->dtype == SW_BFLOAT16 &&
+        (bf16 = sw_py_np_dtype(st, SW_BFLOAT16)) == NULL)
         return NULL;
-    PyObject *dt = sw_py_np_dtype(st, a->dtype);
-    if (dt == NULL)
-        return NULL;
-    PyObject *shape = sw_py_shape_tuple(a->shape, SW_PY_NDIM(a));
-    if (shape == NULL)
-        return NULL;
-    PyObject *out = PyObject_CallMethod(np, "empty", "OO", shape, dt);
-    Py_DECREF(shape);
+    PyObject *out = sw_py_np_empty(st, a->dtype, SW_PY_NDIM(a), a->shape, 1);
     if (out == NULL)
         return NULL;
     Py_buffer view;
@@ -238,6 +310,11 @@ static PyObject *Array_numpy(ArrayObject *a, PyObject *unused)
         sw_py_raise(st, rc);
         Py_DECREF(out);
         return NULL;
+    }
+    if (bf16 != NULL) {
+        PyObject *v = PyObject_CallMethod(out, "view", "O", bf16);
+        Py_DECREF(out);
+        out = v;
     }
     return out;
 }
@@ -285,12 +362,8 @@ static PyObject *Array_fill(ArrayObject *a, PyObject *const *args,
     QueueObject *q;
     sw_scalar s;
     if (sw_py_queue_arg(st, v[1], a->device, "fill", &q) < 0 ||
-        sw_py_scalar_from_py(v[0], a->dtype, &s, "fill value") < 0)
-        return NULL;
-    sw_py_op op = {.kind = SW_PY_OP_FILL, .out = a->buf, .s = s,
-                   .dtype = a->dtype, .n = a->nelem};
-    PyObject *keep[1] = {(PyObject *)a};
-    if (sw_py_do_op(st, q, &op, keep, 1) < 0 ||
+        sw_py_scalar_from_py(v[0], a->dtype, &s, "fill value") < 0 ||
+        sw_py_fill(st, a, s, q) < 0 ||
         sw_py_sync_if_exported(st, a->device) < 0)
         return NULL;
     Py_RETURN_NONE;
@@ -303,7 +376,31 @@ static PyMethodDef Array_methods[] = {
     {"fill", (PyCFunction)(void (*)(void))Array_fill,
      METH_FASTCALL | METH_KEYWORDS,
      "fill(value, *, queue=None)\n--\n\nSet every element to value, on the "
-     "device (on queue, when given)."},
+     "device (on queue, when given).  Works for every dtype: the fill "
+     "kernel where the device computes with it, else a byte-pattern fill "
+     "on the device's default queue."},
+    {"sum", (PyCFunction)(void (*)(void))sw_py_array_sum_method,
+     METH_FASTCALL | METH_KEYWORDS,
+     "sum(axis=None, dtype=None, out=None, keepdims=False)\n--\n\n"
+     "spillway.sum(a): the sum of all the elements, reduced on the device "
+     "(numpy.sum(a) calls it; the keywords are taken at their defaults "
+     "only)."},
+    {"copy", (PyCFunction)(void (*)(void))sw_py_array_copy,
+     METH_FASTCALL | METH_KEYWORDS,
+     "copy(*, queue=None)\n--\n\nA new Array with the same contents on the "
+     "same device: copied device to device (every dtype), or from the host "
+     "copy when this array is spilled (it stays spilled)."},
+    {"astype", (PyCFunction)(void (*)(void))sw_py_array_astype,
+     METH_FASTCALL | METH_KEYWORDS,
+     "astype(dtype, copy=True)\n--\n\nA new Array of dtype on the same "
+     "device, converted on the host as NumPy converts (bfloat16 through "
+     "float32); the same dtype is a device copy (or self with copy=False)."},
+    {"__reduce_ex__", (PyCFunction)(void (*)(void))sw_py_array_reduce_ex,
+     METH_O, NULL},
+    {"__copy__", (PyCFunction)(void (*)(void))sw_py_array_copy_dunder,
+     METH_NOARGS, NULL},
+    {"__deepcopy__", (PyCFunction)(void (*)(void))sw_py_array_deepcopy,
+     METH_O, NULL},
     {"reshape", (PyCFunction)(void (*)(void))sw_py_array_reshape,
      METH_VARARGS,
      "reshape(*shape)\n--\n\nA view with another shape on the same buffer "
@@ -339,6 +436,10 @@ static PyGetSetDef Array_getset[] = {
      NULL},
     {"is_spilled", (getter)Array_get_is_spilled, NULL,
      "True while the buffer is held in host memory only.", NULL},
+    {"T", (getter)sw_py_array_get_T, NULL,
+     "The array with its axes reversed: a view when at most one dimension "
+     "is longer than 1 (the layout is the same), else a copy made through "
+     "host memory (spillway arrays are contiguous).", NULL},
     {"tag", (getter)Array_get_tag, NULL,
      "The allocation's tag (its origin, named in out-of-memory reports), "
      "or None.", NULL},
@@ -365,6 +466,17 @@ static PyType_Slot Array_slots[] = {
     {Py_mp_length, sw_py_array_length},
     {Py_mp_subscript, sw_py_array_subscript},
     {Py_mp_ass_subscript, sw_py_array_ass_subscript},
+    {Py_sq_length, sw_py_array_length},
+    {Py_sq_item, sw_py_array_item},
+    {Py_tp_iter, sw_py_array_iter},
+    {Py_tp_richcompare, sw_py_array_richcompare},
+    {Py_nb_add, sw_py_array_add},
+    {Py_nb_subtract, sw_py_array_sub},
+    {Py_nb_multiply, sw_py_array_mul},
+    {Py_nb_inplace_add, sw_py_array_iadd},
+    {Py_nb_inplace_subtract, sw_py_array_isub},
+    {Py_nb_inplace_multiply, sw_py_array_imul},
+    {Py_nb_negative, sw_py_array_neg},
     {0, NULL},
 };
 
@@ -380,5 +492,15 @@ PyType_Spec sw_py_array_spec = {
 int sw_py_array_setup(PyObject *m, sw_py_state *st)
 {
     st->array_type = sw_py_add_type(m, &sw_py_array_spec);
-    return st->array_type != NULL ? 0 : -1;
+    if (st->array_type == NULL)
+        return -1;
+    /* NumPy hands a binary operation with a spillway Array back to it
+     * (and np.add(x, a) refuses) instead of converting the Array on the
+     * host behind the user's back: __array_ufunc__ = None.  Set in the
+     * type's dict before anyone can look it up. */
+    PyObject *dict = st->array_type->tp_dict;
+    if (PyDict_SetItemString(dict, "__array_ufunc__", Py_None) < 0)
+        return -1;
+    PyType_Modified(st->array_type);
+    return 0;
 }

@@ -9,6 +9,7 @@
  * user, so that a close() from another thread meanwhile waits for it.
  */
 #include "device.h"
+#include "dtype.h"
 
 #include <structmember.h>
 
@@ -66,6 +67,7 @@ static DeviceObject *device_create(sw_py_state *st, sw_device *dev,
     d->ctx = NULL;
     d->cb_id = -1;
     d->closed = 0;
+    d->dtypes = 0;
     d->users = 0;
     d->name = Py_NewRef(name);
     d->description = NULL;
@@ -81,6 +83,9 @@ static DeviceObject *device_create(sw_py_state *st, sw_device *dev,
         return NULL;
     }
     int rc, id = -1;
+    uint32_t mask = 0;
+    NOGIL(rc = sw_device_dtypes(dev, &mask));
+    d->dtypes = rc == SW_OK ? mask : 0;
     NOGIL(rc = sw_add_pressure_callback(dev, sw_py_gc_on_pressure, d->ctx,
                                         &id));
     if (rc != SW_OK) {
@@ -264,7 +269,49 @@ static PyObject *Device_get_closed(DeviceObject *d, void *c)
     return PyBool_FromLong(d->closed);
 }
 
+/* The element types the device's kernels compute with, by NumPy name. */
+static PyObject *Device_get_dtypes(DeviceObject *d, void *c)
+{
+    int n = 0;
+    for (int i = 0; i < SW_DTYPE_COUNT; i++)
+        n += (d->dtypes >> i) & 1u;
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0, k = 0; t != NULL && i < SW_DTYPE_COUNT; i++) {
+        if (!((d->dtypes >> i) & 1u))
+            continue;
+        PyObject *name = PyUnicode_FromString(sw_py_dtypes[i].name);
+        if (name == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, k++, name);
+    }
+    return t;
+}
+
+static PyObject *Device_supports(DeviceObject *d, PyObject *dtype)
+{
+    sw_py_state *st = sw_py_type_state(Py_TYPE(d));
+    sw_dtype dt;
+    if (st == NULL || sw_py_parse_dtype(st, dtype, &dt) < 0)
+        return NULL;
+    return PyBool_FromLong((d->dtypes >> dt) & 1u);
+}
+
+/* A Device pickles as its spec: the receiving process opens the device of
+ * that name (ValueError there when it has none). */
+static PyObject *Device_reduce(DeviceObject *d, PyObject *unused)
+{
+    return Py_BuildValue("O(O)", (PyObject *)Py_TYPE(d), d->name);
+}
+
 static PyMethodDef Device_methods[] = {
+    {"supports", (PyCFunction)(void (*)(void))Device_supports, METH_O,
+     "supports(dtype)\n--\n\nWhether the device's kernels (add, scale, "
+     "axpy, sum, fill) compute with dtype.  Every dtype can be stored, "
+     "read, written, copied and moved through DLPack on every device."},
+    {"__reduce__", (PyCFunction)(void (*)(void))Device_reduce, METH_NOARGS,
+     NULL},
     {"close", (PyCFunction)(void (*)(void))Device_close, METH_NOARGS,
      "close()\n--\n\n"
      "Close this device in this module: arrays still on it raise ValueError "
@@ -287,6 +334,10 @@ static PyMemberDef Device_members[] = {
 static PyGetSetDef Device_getset[] = {
     {"closed", (getter)Device_get_closed, NULL,
      "True after close().", NULL},
+    {"dtypes", (getter)Device_get_dtypes, NULL,
+     "The element types the device's kernels compute with, as NumPy names "
+     "('float32', ...); the others can be stored, read, written and moved "
+     "but not computed with.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

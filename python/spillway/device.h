@@ -16,12 +16,26 @@
  * Those run without the GIL and may outlive the Device object, so what
  * they need lives in a small reference-counted block: the Device holds one
  * reference; a running callback and every live DLPack export hold one each.
+ *
+ * It also lists the live zero-copy exports of the device's memory (the
+ * ranges handed out under a lease), so that from_dlpack can tell memory
+ * that truly is this device's -- a NumPy array viewing an export, handed
+ * back -- from memory that only looks like it (any other host pointer on
+ * the simulated device, whose memory is an arena of its own).
  * ---------------------------------------------------------------------- */
+
+typedef struct sw_py_range {
+    struct sw_py_range *next, *prev;
+    sw_devmem mem; /* the export's memory: base + offset */
+    size_t size;
+} sw_py_range;
 
 typedef struct sw_py_devctx {
     atomic_int refs;
     atomic_int alive;    /* 0 once the Device is closed: stop collecting */
     atomic_long exports; /* live zero-copy DLPack exports of its memory */
+    pthread_mutex_t mu;  /* guards live; taken with no other lock held */
+    sw_py_range live;    /* list head of the exports' ranges */
 } sw_py_devctx;
 
 static inline sw_py_devctx *sw_py_ctx_new(void)
@@ -31,6 +45,8 @@ static inline sw_py_devctx *sw_py_ctx_new(void)
         atomic_init(&c->refs, 1);
         atomic_init(&c->alive, 1);
         atomic_init(&c->exports, 0);
+        pthread_mutex_init(&c->mu, NULL);
+        c->live.next = c->live.prev = &c->live;
     }
     return c;
 }
@@ -42,8 +58,10 @@ static inline void sw_py_ctx_ref(sw_py_devctx *c)
 
 static inline void sw_py_ctx_unref(sw_py_devctx *c)
 {
-    if (c != NULL && atomic_fetch_sub(&c->refs, 1) == 1)
+    if (c != NULL && atomic_fetch_sub(&c->refs, 1) == 1) {
+        pthread_mutex_destroy(&c->mu);
         free(c);
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -56,6 +74,8 @@ typedef struct {
     sw_py_devctx *ctx;
     int cb_id;      /* pressure callback slot; -1 when none */
     int closed;     /* close() was called */
+    uint32_t dtypes; /* the kernels' dtypes (sw_device_dtypes), fixed
+                      * while the device is open */
     /* Arrays, open peak scopes, helper threads and calls in progress on
      * it: the device is really closed when close() was called and this
      * drops to 0.  Changed with the GIL. */
@@ -91,5 +111,11 @@ DeviceObject *sw_py_resolve_device(sw_py_state *st, PyObject *obj);
         NOGIL(rc = (call));                                                   \
         sw_py_device_unuse(d);                                                \
     } while (0)
+
+/* stats.c: a budget as people write it -- bytes (an int), a size string
+ * ("512M", "2GiB": sw_parse_size), a fraction of d's memory (a float in
+ * (0, 1]) or None (no budget: 0). */
+int sw_py_parse_budget(sw_py_state *st, PyObject *obj, DeviceObject *d,
+                       uint64_t *out);
 
 #endif /* SPILLWAY_PY_DEVICE_H */

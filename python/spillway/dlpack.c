@@ -1,21 +1,28 @@
 /*
  * dlpack.c -- DLPack export: Array.__dlpack__ and __dlpack_device__.
  *
- * On a device whose memory the host can address (the simulated device),
  * __dlpack__ hands out the array's memory itself, under an exposure lease
- * (sw_buffer_expose): while the consumer (e.g. the NumPy array made by
- * numpy.from_dlpack) lives, the buffer is never spilled and its memory
- * stays allocated even if the Array goes; the consumer's deleter releases
- * the lease, after which the buffer is spillable again.  The deleter may
- * run on any thread, with or without the GIL: it touches no Python object
- * (the device's context is reference-counted and outlives the Device).
- * With copy=True, or to the CPU from a device the host cannot address,
- * the export is a host copy instead.
+ * (sw_buffer_expose), on every device, as the DLPack device it is: the
+ * simulated device's host-addressable memory as kDLCPU (NumPy imports
+ * that), CUDA memory as kDLCUDA (a device address), OpenCL memory as
+ * kDLOpenCL (data is the cl_mem, byte_offset the offset in it).  While the
+ * consumer lives the buffer is never spilled and its memory stays
+ * allocated even if the Array goes; the consumer's deleter releases the
+ * lease, after which the buffer is spillable again.  The deleter may run
+ * on any thread, with or without the GIL: it touches no Python object (the
+ * device's context is reference-counted and outlives the Device).
+ *
+ * copy=True exports a copy instead: a host copy for a CPU consumer, a
+ * device copy (under a lease of its own) for a consumer on the device;
+ * dl_device=(1, 0) asks any device for a host copy.
+ *
+ * Live zero-copy exports are listed in the device's context (device.h),
+ * so that import.c can recognise this device's own memory handed back.
  *
  * __dlpack__ runs in five steps, each its own function: parse the
- * arguments, plan (zero-copy, a host copy, or why neither), acquire the
- * memory (the lease, or the copy), fill in the tensor, and wrap it in the
- * capsule that hands it over.
+ * arguments, plan (zero-copy, a copy, or why neither), acquire the memory
+ * (the lease, or the copy), fill in the tensor, and wrap it in the capsule
+ * that hands it over.
  */
 #include "array.h"
 #include "dlpack.h"
@@ -29,34 +36,30 @@ typedef struct export_ctx {
         DLManagedTensor legacy;
         DLManagedTensorVersioned v1;
     } mt;
-    sw_lease *lease;   /* zero-copy exports */
-    void *host;        /* copies */
-    sw_py_devctx *ctx; /* zero-copy exports: counts in ctx->exports */
+    sw_py_range range; /* device memory exports: in ctx->live */
+    sw_lease *lease;   /* device memory exports */
+    void *host;        /* host copies */
+    sw_py_devctx *ctx; /* device memory exports */
+    int counted;       /* the array's own memory: counts in ctx->exports */
+    sw_py_extmem *ext; /* the array's memory was imported: its producer */
     int64_t dims[2 * SW_PY_MAXDIMS]; /* shape, then strides */
 } export_ctx;
 
-/* Whether this thread holds the GIL (PyGILState_Check answers 1 whenever
- * subinterpreters exist, which would be fatal here). */
-static int holds_gil(void)
-{
-    if (!Py_IsInitialized())
-        return 0;
-    PyThreadState *mine = PyGILState_GetThisThreadState();
-#if PY_VERSION_HEX >= 0x030D0000
-    PyThreadState *cur = PyThreadState_GetUnchecked();
-#else
-    PyThreadState *cur = _PyThreadState_UncheckedGet();
-#endif
-    return mine != NULL && mine == cur;
-}
-
+/* Any thread, with or without the GIL.  Off the list first, so that no
+ * import takes the range for live once the lease is gone. */
 static void export_free(export_ctx *e)
 {
+    if (e->ctx != NULL && e->range.next != NULL) {
+        pthread_mutex_lock(&e->ctx->mu);
+        e->range.prev->next = e->range.next;
+        e->range.next->prev = e->range.prev;
+        pthread_mutex_unlock(&e->ctx->mu);
+    }
     if (e->lease != NULL) {
         sw_lease *l = e->lease;
         int rc;
         e->lease = NULL;
-        if (holds_gil())
+        if (sw_py_holds_gil())
             NOGIL(rc = sw_lease_release(l));
         else
             rc = sw_lease_release(l);
@@ -64,8 +67,10 @@ static void export_free(export_ctx *e)
             sw_py_thread.released++;
     }
     free(e->host);
+    sw_py_extmem_unref(e->ext);
     if (e->ctx != NULL) {
-        atomic_fetch_sub(&e->ctx->exports, 1);
+        if (e->counted)
+            atomic_fetch_sub(&e->ctx->exports, 1);
         sw_py_ctx_unref(e->ctx);
     }
     free(e);
@@ -140,6 +145,49 @@ static DLDevice dl_device_of(DeviceObject *d)
     return dev;
 }
 
+void sw_py_dl_device_of(DeviceObject *d, int *type, int *id)
+{
+    DLDevice dev = dl_device_of(d);
+    *type = (int)dev.device_type;
+    *id = (int)dev.device_id;
+}
+
+int sw_py_dl_linear(DeviceObject *d)
+{
+    DLDevice dev = dl_device_of(d);
+    return dev.device_type == kDLCPU || dev.device_type == kDLCUDA;
+}
+
+int sw_py_export_find(DeviceObject *d, uintptr_t data, uint64_t byte_offset,
+                      size_t n, sw_devmem *mem)
+{
+    if (d->ctx == NULL)
+        return 0;
+    int linear = sw_py_dl_linear(d), found = 0;
+    uintptr_t addr = data + (uintptr_t)byte_offset;
+    pthread_mutex_lock(&d->ctx->mu);
+    for (sw_py_range *r = d->ctx->live.next; r != &d->ctx->live;
+         r = r->next) {
+        if (linear) {
+            uintptr_t lo = r->mem.base + r->mem.offset;
+            found = addr >= lo && addr - lo <= r->size &&
+                    n <= r->size - (addr - lo);
+            mem->base = r->mem.base;
+            mem->offset = addr - r->mem.base;
+        } else {
+            found = data == r->mem.base && byte_offset >= r->mem.offset &&
+                    byte_offset - r->mem.offset <= r->size &&
+                    n <= r->size - (byte_offset - r->mem.offset);
+            mem->base = data;
+            mem->offset = (size_t)byte_offset;
+        }
+        if (found)
+            break;
+    }
+    pthread_mutex_unlock(&d->ctx->mu);
+    return found;
+}
+
 PyObject *sw_py_array_dlpack_device(ArrayObject *a, PyObject *unused)
 {
     DLDevice dev = dl_device_of(a->device);
@@ -158,6 +206,44 @@ typedef struct {
     DLDevice target; /* dl_device=, else own */
 } dl_request;
 
+/* How: the array's own memory under a lease; a host copy; a device copy
+ * under a lease of its own. */
+enum { DL_OWN, DL_HOST, DL_DEVCOPY };
+
+/* stream= as the protocol has it: None for CPU consumers; on CUDA an
+ * integer, not 0 (ambiguous: the legacy or the per-thread default stream),
+ * -1 for "no synchronization".  Every export here synchronizes the device
+ * first, so the data is ready on any consumer stream. */
+static int dl_stream_ok(PyObject *stream, const dl_request *req)
+{
+    if (sw_py_absent(stream))
+        return 0;
+    if (req->target.device_type == kDLCPU) {
+        PyErr_SetString(PyExc_BufferError,
+                        "a CPU consumer passes stream=None (DLPack has no "
+                        "streams on the CPU)");
+        return -1;
+    }
+    if (!PyLong_Check(stream)) {
+        PyErr_Format(PyExc_TypeError,
+                     "stream must be an integer or None, not %.100s",
+                     Py_TYPE(stream)->tp_name);
+        return -1;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(stream, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (req->target.device_type == kDLCUDA && v == 0 && overflow == 0) {
+        PyErr_SetString(PyExc_BufferError,
+                        "stream=0 is ambiguous on CUDA (DLPack): pass 1 for "
+                        "the legacy default stream, 2 for the per-thread "
+                        "one, or the stream's handle");
+        return -1;
+    }
+    return 0;
+}
+
 /* 1. Parse: the arguments, checked. */
 static int dl_parse(ArrayObject *a, PyObject *const *args, Py_ssize_t nargs,
                     PyObject *kwnames, dl_request *req)
@@ -170,12 +256,6 @@ static int dl_parse(ArrayObject *a, PyObject *const *args, Py_ssize_t nargs,
         return -1;
     if (sw_py_array_check_device(a) < 0)
         return -1;
-    if (!sw_py_absent(v[0])) {
-        PyErr_SetString(PyExc_BufferError,
-                        "spillway exports host-addressable memory as a CPU "
-                        "tensor: stream must be None");
-        return -1;
-    }
     req->versioned = 0;
     if (!sw_py_absent(v[1])) {
         long major = -1;
@@ -212,47 +292,82 @@ static int dl_parse(ArrayObject *a, PyObject *const *args, Py_ssize_t nargs,
         req->target.device_type = (DLDeviceType)t;
         req->target.device_id = id;
     }
-    return 0;
+    return dl_stream_ok(v[0], req);
 }
 
-/* 2. Plan: *do_copy is 0 for the array's own memory, 1 for a host copy;
- * -1 with BufferError when the request can be met by neither. */
-static int dl_plan(ArrayObject *a, const dl_request *req, int *do_copy)
+/* 2. Plan: DL_OWN, DL_HOST or DL_DEVCOPY; -1 with BufferError when the
+ * request can be met by none. */
+static int dl_plan(ArrayObject *a, const dl_request *req, int *how)
 {
-    int addressable = host_addressable(a->device);
     int same = req->target.device_type == req->own.device_type &&
                req->target.device_id == req->own.device_id;
     int to_cpu = req->target.device_type == kDLCPU &&
                  req->target.device_id == 0;
-    if (same && addressable) {
-        *do_copy = req->copy == 1;
+    if (same && req->copy == 1) {
+        *how = req->own.device_type == kDLCPU ? DL_HOST : DL_DEVCOPY;
+    } else if (same && req->own.device_type != kDLExtDev) {
+        *how = DL_OWN;
     } else if (to_cpu && req->copy != 0) {
-        *do_copy = 1;
+        *how = DL_HOST;
     } else {
         PyErr_Format(PyExc_BufferError,
                      "cannot export an array on %U to DLPack device (%d, %d)"
-                     "%s: spillway exports host-addressable memory, or a "
-                     "host copy (copy=True, dl_device=(1, 0))",
+                     "%s: spillway exports the device's own memory (DLPack "
+                     "device (%d, %d)), or a host copy (copy=True, "
+                     "dl_device=(1, 0))",
                      a->device->name, (int)req->target.device_type,
                      (int)req->target.device_id,
-                     req->copy == 0 ? " without a copy" : "");
+                     req->copy == 0 ? " without a copy" : "",
+                     (int)req->own.device_type, (int)req->own.device_id);
         return -1;
     }
     return 0;
 }
 
-/* 3. Acquire the memory, in a new export that owns it: a host copy, or the
- * array's memory under a lease (the buffer is restored if spilled and
- * stays put), taken first, then the queued work on it waited for.  *data:
- * the tensor's data.  NULL with an exception set. */
-static export_ctx *dl_acquire(sw_py_state *st, ArrayObject *a, int do_copy,
-                              void **data)
+/* Lease buf's memory (restoring it if spilled), then wait for the queued
+ * work on the device; without the GIL. */
+static int lease_nogil(sw_buffer *buf, sw_device *dev, sw_devmem *mem,
+                       sw_lease **lease)
+{
+    int rc = sw_buffer_expose(buf, mem, lease);
+    if (rc == SW_OK) {
+        rc = sw_device_synchronize(dev);
+        if (rc != SW_OK) {
+            /* A successful release leaves the synchronize's message. */
+            (void)sw_lease_release(*lease);
+            *lease = NULL;
+        }
+    }
+    return rc;
+}
+
+/* A device copy of a, leased: the lease alone keeps its memory. */
+static int devcopy_nogil(ArrayObject *a, sw_device *dev, sw_devmem *mem,
+                         sw_lease **lease)
+{
+    sw_buffer *c = NULL;
+    int rc = sw_buffer_alloc(dev, a->nbytes, "dlpack copy", &c);
+    if (rc == SW_OK && a->nbytes > 0)
+        rc = sw_buffer_copy(c, 0, a->buf, 0, a->nbytes);
+    if (rc == SW_OK)
+        rc = lease_nogil(c, dev, mem, lease);
+    /* The lease alone holds the memory now.  (A successful free leaves
+     * the thread's message of a failure above in place.) */
+    (void)sw_buffer_free(c);
+    return rc;
+}
+
+/* 3. Acquire the memory, in a new export that owns it: a host copy, or
+ * device memory under a lease (the buffer is restored if spilled and stays
+ * put), taken first, then the queued work on it waited for.  NULL with an
+ * exception set. */
+static export_ctx *dl_acquire(sw_py_state *st, ArrayObject *a, int how)
 {
     export_ctx *e = calloc(1, sizeof *e);
     if (e == NULL)
         return (export_ctx *)PyErr_NoMemory();
     int rc = SW_OK;
-    if (do_copy) {
+    if (how == DL_HOST) {
         e->host = malloc(a->nbytes ? a->nbytes : 1);
         if (e->host == NULL) {
             free(e);
@@ -260,40 +375,49 @@ static export_ctx *dl_acquire(sw_py_state *st, ArrayObject *a, int do_copy,
         }
         if (a->nbytes > 0)
             NOGIL(rc = sw_buffer_read(a->buf, 0, e->host, a->nbytes));
-        *data = e->host;
     } else {
         sw_devmem mem = {0, 0};
         sw_lease *lease = NULL;
         sw_device *dev = a->device->dev;
-        Py_BEGIN_ALLOW_THREADS
-        rc = sw_buffer_expose(a->buf, &mem, &lease);
-        if (rc == SW_OK) {
-            rc = sw_device_synchronize(dev);
-            if (rc != SW_OK) {
-                /* A successful release leaves the synchronize's message. */
-                (void)sw_lease_release(lease);
-                lease = NULL;
-            }
-        }
-        Py_END_ALLOW_THREADS
+        if (how == DL_OWN)
+            NOGIL(rc = lease_nogil(a->buf, dev, &mem, &lease));
+        else
+            NOGIL(rc = devcopy_nogil(a, dev, &mem, &lease));
         e->lease = lease;
-        *data = (void *)(mem.base + mem.offset);
+        e->range.mem = mem;
+        e->range.size = a->nbytes;
     }
     if (rc != SW_OK) {
         sw_py_raise(st, rc);
         export_free(e);
         return NULL;
     }
-    if (!do_copy) {
-        e->ctx = a->device->ctx;
-        sw_py_ctx_ref(e->ctx);
-        atomic_fetch_add(&e->ctx->exports, 1);
+    if (how != DL_HOST) {
+        sw_py_devctx *c = a->device->ctx;
+        e->ctx = c;
+        sw_py_ctx_ref(c);
+        pthread_mutex_lock(&c->mu);
+        e->range.next = c->live.next;
+        e->range.prev = &c->live;
+        c->live.next->prev = &e->range;
+        c->live.next = &e->range;
+        pthread_mutex_unlock(&c->mu);
+        if (how == DL_OWN) {
+            e->counted = 1;
+            atomic_fetch_add(&c->exports, 1);
+            if (a->ext != NULL) { /* imported memory: keep its producer */
+                sw_py_extmem_ref(a->ext);
+                e->ext = a->ext;
+            }
+        }
     }
     return e;
 }
 
-/* 4. Fill in the tensor: C-contiguous, shape and strides kept in e. */
-static void dl_fill(ArrayObject *a, export_ctx *e, int versioned, void *data,
+/* 4. Fill in the tensor: C-contiguous, shape and strides kept in e.  Linear
+ * memory (host, CUDA) is an address; OpenCL's is the cl_mem and an offset
+ * in it. */
+static void dl_fill(ArrayObject *a, export_ctx *e, int versioned,
                     DLDevice device)
 {
     DLTensor *t = versioned ? &e->mt.v1.dl_tensor : &e->mt.legacy.dl_tensor;
@@ -305,7 +429,16 @@ static void dl_fill(ArrayObject *a, export_ctx *e, int versioned, void *data,
         strides[i] = stride;
         stride *= a->shape[i] > 0 ? (int64_t)a->shape[i] : 1;
     }
-    t->data = data;
+    if (e->host != NULL) {
+        t->data = e->host;
+        t->byte_offset = 0;
+    } else if (device.device_type == kDLOpenCL) {
+        t->data = (void *)e->range.mem.base;
+        t->byte_offset = e->range.mem.offset;
+    } else {
+        t->data = (void *)(e->range.mem.base + e->range.mem.offset);
+        t->byte_offset = 0;
+    }
     t->device = device;
     t->ndim = ndim;
     t->dtype.code = sw_py_dtypes[a->dtype].dl_code;
@@ -313,12 +446,11 @@ static void dl_fill(ArrayObject *a, export_ctx *e, int versioned, void *data,
     t->dtype.lanes = 1;
     t->shape = shape;
     t->strides = strides;
-    t->byte_offset = 0;
 }
 
 /* 5. The capsule that hands e over (it deletes an export nobody took);
  * on failure e is freed. */
-static PyObject *dl_capsule(export_ctx *e, int versioned, int do_copy)
+static PyObject *dl_capsule(export_ctx *e, int versioned, int copied)
 {
     PyObject *cap;
     if (versioned) {
@@ -326,7 +458,7 @@ static PyObject *dl_capsule(export_ctx *e, int versioned, int do_copy)
         e->mt.v1.version.minor = DLPACK_MINOR_VERSION;
         e->mt.v1.manager_ctx = e;
         e->mt.v1.deleter = dl_delete_v1;
-        e->mt.v1.flags = do_copy ? DLPACK_FLAG_BITMASK_IS_COPIED : 0;
+        e->mt.v1.flags = copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0;
         cap = PyCapsule_New(&e->mt.v1, "dltensor_versioned", capsule_v1_dtor);
     } else {
         e->mt.legacy.manager_ctx = e;
@@ -343,15 +475,14 @@ PyObject *sw_py_array_dlpack(ArrayObject *a, PyObject *const *args,
 {
     sw_py_state *st = sw_py_type_state(Py_TYPE(a));
     dl_request req;
-    int do_copy;
-    void *data = NULL;
+    int how;
     if (st == NULL || dl_parse(a, args, nargs, kwnames, &req) < 0 ||
-        dl_plan(a, &req, &do_copy) < 0)
+        dl_plan(a, &req, &how) < 0)
         return NULL;
-    export_ctx *e = dl_acquire(st, a, do_copy, &data);
+    export_ctx *e = dl_acquire(st, a, how);
     if (e == NULL)
         return NULL;
-    dl_fill(a, e, req.versioned, data,
-            do_copy ? (DLDevice){kDLCPU, 0} : req.own);
-    return dl_capsule(e, req.versioned, do_copy);
+    dl_fill(a, e, req.versioned,
+            how == DL_HOST ? (DLDevice){kDLCPU, 0} : req.own);
+    return dl_capsule(e, req.versioned, how != DL_OWN);
 }

@@ -67,7 +67,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->devices);
     Py_VISIT(st->default_device);
     Py_VISIT(st->numpy);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < SW_DTYPE_COUNT; i++)
         Py_VISIT(st->np_dtypes[i]);
     Py_VISIT(st->track);
     Py_VISIT(st->oom_hook);
@@ -86,7 +86,7 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->track);
     Py_CLEAR(st->oom_hook);
     Py_CLEAR(st->numpy);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < SW_DTYPE_COUNT; i++)
         Py_CLEAR(st->np_dtypes[i]);
     Py_CLEAR(st->device_type);
     Py_CLEAR(st->array_type);
@@ -111,12 +111,17 @@ static int module_exec(PyObject *m)
 {
     sw_py_state *st = sw_py_module_state(m);
     if (sw_py_util_setup(m, st) < 0 ||
+        sw_py_dtype_setup(m, st) < 0 ||
         sw_py_device_setup(m, st) < 0 ||
         sw_py_pressure_setup(m, st) < 0 ||
         sw_py_array_setup(m, st) < 0 ||
         sw_py_create_setup(m, st) < 0 ||
+        sw_py_import_setup(m, st) < 0 ||
         sw_py_ops_setup(m, st) < 0 ||
+        sw_py_operators_setup(m, st) < 0 ||
+        sw_py_pickle_setup(m, st) < 0 ||
         sw_py_accounting_setup(m, st) < 0 ||
+        sw_py_stats_setup(m, st) < 0 ||
         sw_py_queue_setup(m, st) < 0 ||
         sw_py_order_setup(m, st) < 0 ||
         sw_py_ordermap_setup(m, st) < 0 ||

@@ -87,7 +87,9 @@ typedef struct {
     PyObject *devices;        /* dict: "sim:0" -> Device (open ones) */
     PyObject *default_device; /* Device for device=None, or NULL */
     PyObject *numpy;          /* imported on first need */
-    PyObject *np_dtypes[4];   /* numpy.dtype objects, on first need */
+    /* numpy.dtype objects, on first need; bfloat16's is ml_dtypes' or
+     * None when it is not importable. */
+    PyObject *np_dtypes[SW_DTYPE_COUNT];
     PyObject *track;          /* list of weakrefs to new Arrays, or NULL */
     /* history.py's hook that adds allocation sites to out-of-memory
      * messages while tracebacks are recorded, or NULL (history.c). */
@@ -231,6 +233,10 @@ int sw_py_parse_args(const char *fname, PyObject *const *args,
 /* tag=: a str or None (*tag NULL). */
 int sw_py_parse_tag(PyObject *obj, const char **tag);
 
+/* Whether this thread holds the GIL (DLPack deleters run on any thread,
+ * with or without it). */
+int sw_py_holds_gil(void);
+
 /* ------------------------------------------------------------------------
  * pressure.c: the collector under memory pressure, registered by device.c
  * on every device this module opens; its counters, for the tests.
@@ -248,16 +254,22 @@ void sw_py_gc_backoff_reset(void);
  *   file          concern                                 header
  *   module.c      state, exec slot, sw_py_process, init   module.h
  *   util.c        errors -> exceptions, argument parsing  module.h
- *   dtype.c       element types, NumPy's dtypes           dtype.h
+ *   dtype.c       element types: NumPy, buffers, DLPack   dtype.h
  *   shape.c       shapes                                  dtype.h
  *   device.c      Device, devices()                       device.h
  *   pressure.c    the collector under memory pressure     module.h
  *   array.c       Array                                   array.h
  *   view.c        reshape, a[i], a[i:j], a[i] = v         array.h
  *   dlpack.c      __dlpack__, __dlpack_device__           array.h
- *   create.c      empty, zeros, asarray                   array.h
+ *   import.c      from_dlpack, external memory            array.h
+ *   create.c      empty, zeros, full, ones, asarray       array.h
  *   ops.c         add, scale, axpy, sum, work on queues   array.h
+ *   operators.c   a + b, a * s, -a, a.sum(), a.copy(),    array.h
+ *                 a.astype(), a.T, comparisons refused
+ *   pickle.c      pickling and copy.copy of Arrays        array.h
  *   accounting.c  PeakScope, MemoryInfo, memory_info ...  device.h
+ *   stats.c       memory_stats, mem_get_info,             device.h
+ *                 memory_snapshot, budgets as written
  *   hosttask.c    Python host tasks, the release list     queue.h
  *   queue.c       Queue, Event                            queue.h
  *   order.c       SequentialOrderManager                  queue.h
@@ -272,15 +284,20 @@ void sw_py_gc_backoff_reset(void);
  * ---------------------------------------------------------------------- */
 
 int sw_py_util_setup(PyObject *m, sw_py_state *st); /* the exceptions */
+int sw_py_dtype_setup(PyObject *m, sw_py_state *st);
 extern PyType_Spec sw_py_device_spec;
 int sw_py_device_setup(PyObject *m, sw_py_state *st);
 int sw_py_pressure_setup(PyObject *m, sw_py_state *st);
 extern PyType_Spec sw_py_array_spec; /* with view.c's and dlpack.c's slots */
 int sw_py_array_setup(PyObject *m, sw_py_state *st);
 int sw_py_create_setup(PyObject *m, sw_py_state *st);
+int sw_py_import_setup(PyObject *m, sw_py_state *st);
 int sw_py_ops_setup(PyObject *m, sw_py_state *st);
+int sw_py_operators_setup(PyObject *m, sw_py_state *st);
+int sw_py_pickle_setup(PyObject *m, sw_py_state *st);
 extern PyType_Spec sw_py_peak_spec;
 int sw_py_accounting_setup(PyObject *m, sw_py_state *st);
+int sw_py_stats_setup(PyObject *m, sw_py_state *st);
 extern PyType_Spec sw_py_event_spec;
 extern PyType_Spec sw_py_queue_spec;
 int sw_py_queue_setup(PyObject *m, sw_py_state *st);

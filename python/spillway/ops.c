@@ -1,13 +1,21 @@
 /*
  * ops.c -- operations on arrays: add, scale, axpy and sum, and the
- * plumbing every operation goes through (fill and zeros too): on the
+ * plumbing every operation goes through (fill, zeros, copies too): on the
  * device's default queue, or on a Queue, ordered by this thread's order
  * manager of it.
+ *
+ * Kernels compute only with the dtypes the device declares
+ * (sw_device_dtypes; bool: fill, copy and sum).  Storage, copies and fills
+ * by byte pattern work for every dtype, so fill() and zeros() fall back on
+ * them, and an operation whose kernel cannot run is refused before
+ * anything is allocated, with the library's own message (it names the
+ * device and the dtype).
  */
 #include "array.h"
 #include "dtype.h"
 
 #include <stdio.h>
+#include <string.h>
 
 /* ------------------------------------------------------------------------
  * Operations on a queue
@@ -26,6 +34,15 @@ static int op_submit(sw_queue *q, const sw_py_op *op)
     case SW_PY_OP_SCALE:
         return q ? sw_op_scale_q(q, op->out, op->a, op->s, op->dtype, op->n)
                  : sw_op_scale(op->out, op->a, op->s, op->dtype, op->n);
+    case SW_PY_OP_COPY: {
+        size_t nb = op->n * sw_py_dtypes[op->dtype].size;
+        return q ? sw_buffer_copy_q(q, op->out, 0, op->a, 0, nb)
+                 : sw_buffer_copy(op->out, 0, op->a, 0, nb);
+    }
+    case SW_PY_OP_BYTEFILL: /* the library has no queue form: q is NULL */
+        return sw_buffer_fill(op->out, 0,
+                              op->n * sw_py_dtypes[op->dtype].size, &op->s,
+                              op->n_pattern);
     default:
         return q ? sw_op_axpy_q(q, op->s, op->a, op->out, op->dtype, op->n)
                  : sw_op_axpy(op->s, op->a, op->out, op->dtype, op->n);
@@ -128,12 +145,94 @@ int sw_py_do_op(sw_py_state *st, QueueObject *queue, const sw_py_op *op,
 }
 
 /* ------------------------------------------------------------------------
+ * What the device's kernels compute with
+ * ---------------------------------------------------------------------- */
+
+int sw_py_kernel_check(sw_py_state *st, DeviceObject *d, int kind,
+                       sw_dtype dt, sw_buffer *buf)
+{
+    int arith = kind == SW_PY_OP_ADD || kind == SW_PY_OP_SCALE ||
+                kind == SW_PY_OP_AXPY;
+    if (((d->dtypes >> dt) & 1u) && !(dt == SW_BOOL && arith))
+        return 0;
+    /* The same kernel on no elements: the library checks the dtype (and
+     * the kernel's definition for it) first, moves nothing, and says why
+     * in its own words. */
+    sw_scalar z;
+    memset(&z, 0, sizeof z);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    switch (kind) {
+    case SW_PY_OP_FILL:
+        rc = sw_op_fill(buf, dt, 0, z);
+        break;
+    case SW_PY_OP_ADD:
+        rc = sw_op_add(buf, buf, buf, dt, 0);
+        break;
+    case SW_PY_OP_SCALE:
+        rc = sw_op_scale(buf, buf, z, dt, 0);
+        break;
+    case SW_PY_OP_AXPY:
+        rc = sw_op_axpy(z, buf, buf, dt, 0);
+        break;
+    default:
+        rc = sw_op_sum(buf, dt, 0, &z);
+        break;
+    }
+    Py_END_ALLOW_THREADS
+    if (rc != SW_OK) {
+        sw_py_raise(st, rc);
+        return -1;
+    }
+    return 0;
+}
+
+int sw_py_fill(sw_py_state *st, ArrayObject *a, sw_scalar v,
+               QueueObject *queue)
+{
+    if (a->nelem == 0)
+        return 0;
+    PyObject *keep[1] = {(PyObject *)a};
+    if ((a->device->dtypes >> a->dtype) & 1u) {
+        sw_py_op op = {.kind = SW_PY_OP_FILL, .out = a->buf, .s = v,
+                       .dtype = a->dtype, .n = a->nelem};
+        return sw_py_do_op(st, queue, &op, keep, 1);
+    }
+    unsigned char bytes[16];
+    size_t size = sw_py_dtypes[a->dtype].size;
+    sw_py_scalar_store(bytes, a->dtype, v);
+    if (size == 16 && memcmp(bytes, bytes + 8, 8) == 0)
+        size = 8; /* complex128 with equal halves: one 8-byte pattern */
+    if (size <= 8) {
+        sw_py_op op = {.kind = SW_PY_OP_BYTEFILL, .out = a->buf,
+                       .dtype = a->dtype, .n = a->nelem, .n_pattern = size};
+        memcpy(&op.s, bytes, size);
+        return sw_py_do_op(st, NULL, &op, keep, 1);
+    }
+    /* A 16-byte element no pattern can make: written from the host. */
+    unsigned char *tmp = PyMem_RawMalloc(a->nbytes);
+    if (tmp == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < a->nelem; i++)
+        memcpy(tmp + 16 * i, bytes, 16);
+    int rc;
+    NOGIL(rc = sw_buffer_write(a->buf, 0, tmp, a->nbytes));
+    PyMem_RawFree(tmp);
+    if (rc != SW_OK) {
+        sw_py_raise(st, rc);
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
  * add, scale, axpy, sum
  * ---------------------------------------------------------------------- */
 
-/* An argument that must be an Array of this module on an open device. */
-static ArrayObject *array_arg(sw_py_state *st, PyObject *o, const char *fname,
-                              const char *what)
+ArrayObject *sw_py_array_arg(sw_py_state *st, PyObject *o, const char *fname,
+                             const char *what)
 {
     if (!Py_IS_TYPE(o, st->array_type)) {
         PyErr_Format(PyExc_TypeError,
@@ -145,8 +244,7 @@ static ArrayObject *array_arg(sw_py_state *st, PyObject *o, const char *fname,
     return sw_py_array_check_device(a) < 0 ? NULL : a;
 }
 
-/* b must match a: device, dtype, shape. */
-static int check_match(ArrayObject *a, ArrayObject *b, const char *fname,
+int sw_py_check_match(ArrayObject *a, ArrayObject *b, const char *fname,
                        const char *an, const char *bn)
 {
     if (a->device != b->device) {
@@ -189,14 +287,13 @@ static ArrayObject *out_arg(sw_py_state *st, PyObject *o, ArrayObject *a,
         return (ArrayObject *)sw_py_array_alloc(st, a->device, a->dtype,
                                                 SW_PY_NDIM(a), a->shape,
                                                 a->nelem, fname);
-    ArrayObject *out = array_arg(st, o, fname, "out");
-    if (out == NULL || check_match(a, out, fname, "the input", "out") < 0)
+    ArrayObject *out = sw_py_array_arg(st, o, fname, "out");
+    if (out == NULL || sw_py_check_match(a, out, fname, "the input", "out") < 0)
         return NULL;
     return (ArrayObject *)Py_NewRef(out);
 }
 
-/* After sw_py_do_op (its result r): out, or NULL with out released. */
-static PyObject *op_done(sw_py_state *st, ArrayObject *out, int r)
+PyObject *sw_py_op_done(sw_py_state *st, ArrayObject *out, int r)
 {
     if (r < 0 || sw_py_sync_if_exported(st, out->device) < 0) {
         Py_DECREF(out);
@@ -213,11 +310,13 @@ static PyObject *mod_add(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
     if (sw_py_parse_args("add", args, nargs, kwnames, names, 4, 3, 2, v) < 0)
         return NULL;
     sw_py_state *st = sw_py_module_state(m);
-    ArrayObject *a = array_arg(st, v[0], "add", "a");
-    ArrayObject *b = a ? array_arg(st, v[1], "add", "b") : NULL;
+    ArrayObject *a = sw_py_array_arg(st, v[0], "add", "a");
+    ArrayObject *b = a ? sw_py_array_arg(st, v[1], "add", "b") : NULL;
     QueueObject *q;
-    if (b == NULL || check_match(a, b, "add", "a", "b") < 0 ||
-        sw_py_queue_arg(st, v[3], a->device, "add", &q) < 0)
+    if (b == NULL || sw_py_check_match(a, b, "add", "a", "b") < 0 ||
+        sw_py_queue_arg(st, v[3], a->device, "add", &q) < 0 ||
+        sw_py_kernel_check(st, a->device, SW_PY_OP_ADD, a->dtype, a->buf) <
+            0)
         return NULL;
     ArrayObject *out = out_arg(st, v[2], a, "add");
     if (out == NULL)
@@ -225,7 +324,7 @@ static PyObject *mod_add(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
     sw_py_op op = {.kind = SW_PY_OP_ADD, .out = out->buf, .a = a->buf,
                    .b = b->buf, .dtype = a->dtype, .n = a->nelem};
     PyObject *keep[3] = {(PyObject *)a, (PyObject *)b, (PyObject *)out};
-    return op_done(st, out, sw_py_do_op(st, q, &op, keep, 3));
+    return sw_py_op_done(st, out, sw_py_do_op(st, q, &op, keep, 3));
 }
 
 static PyObject *mod_scale(PyObject *m, PyObject *const *args,
@@ -236,12 +335,14 @@ static PyObject *mod_scale(PyObject *m, PyObject *const *args,
     if (sw_py_parse_args("scale", args, nargs, kwnames, names, 4, 3, 2, v) < 0)
         return NULL;
     sw_py_state *st = sw_py_module_state(m);
-    ArrayObject *a = array_arg(st, v[0], "scale", "a");
+    ArrayObject *a = sw_py_array_arg(st, v[0], "scale", "a");
     sw_scalar s;
     QueueObject *q;
     if (a == NULL ||
         sw_py_scalar_from_py(v[1], a->dtype, &s, "scale factor") < 0 ||
-        sw_py_queue_arg(st, v[3], a->device, "scale", &q) < 0)
+        sw_py_queue_arg(st, v[3], a->device, "scale", &q) < 0 ||
+        sw_py_kernel_check(st, a->device, SW_PY_OP_SCALE, a->dtype, a->buf) <
+            0)
         return NULL;
     ArrayObject *out = out_arg(st, v[2], a, "scale");
     if (out == NULL)
@@ -249,7 +350,7 @@ static PyObject *mod_scale(PyObject *m, PyObject *const *args,
     sw_py_op op = {.kind = SW_PY_OP_SCALE, .out = out->buf, .a = a->buf,
                    .s = s, .dtype = a->dtype, .n = a->nelem};
     PyObject *keep[2] = {(PyObject *)a, (PyObject *)out};
-    return op_done(st, out, sw_py_do_op(st, q, &op, keep, 2));
+    return sw_py_op_done(st, out, sw_py_do_op(st, q, &op, keep, 2));
 }
 
 static PyObject *mod_axpy(PyObject *m, PyObject *const *args,
@@ -260,36 +361,51 @@ static PyObject *mod_axpy(PyObject *m, PyObject *const *args,
     if (sw_py_parse_args("axpy", args, nargs, kwnames, names, 4, 3, 3, v) < 0)
         return NULL;
     sw_py_state *st = sw_py_module_state(m);
-    ArrayObject *x = array_arg(st, v[1], "axpy", "x");
-    ArrayObject *y = x ? array_arg(st, v[2], "axpy", "y") : NULL;
-    if (y == NULL || check_match(x, y, "axpy", "x", "y") < 0)
+    ArrayObject *x = sw_py_array_arg(st, v[1], "axpy", "x");
+    ArrayObject *y = x ? sw_py_array_arg(st, v[2], "axpy", "y") : NULL;
+    if (y == NULL || sw_py_check_match(x, y, "axpy", "x", "y") < 0)
         return NULL;
     sw_scalar alpha;
     QueueObject *q;
     if (sw_py_scalar_from_py(v[0], x->dtype, &alpha, "alpha") < 0 ||
-        sw_py_queue_arg(st, v[3], x->device, "axpy", &q) < 0)
+        sw_py_queue_arg(st, v[3], x->device, "axpy", &q) < 0 ||
+        sw_py_kernel_check(st, x->device, SW_PY_OP_AXPY, x->dtype, x->buf) <
+            0)
         return NULL;
     sw_py_op op = {.kind = SW_PY_OP_AXPY, .out = y->buf, .a = x->buf,
                    .s = alpha, .dtype = x->dtype, .n = x->nelem};
     PyObject *keep[2] = {(PyObject *)x, (PyObject *)y};
-    return op_done(st, (ArrayObject *)Py_NewRef(y),
+    return sw_py_op_done(st, (ArrayObject *)Py_NewRef(y),
                    sw_py_do_op(st, q, &op, keep, 2));
+}
+
+PyObject *sw_py_sum(sw_py_state *st, ArrayObject *a)
+{
+    if (sw_py_kernel_check(st, a->device, SW_PY_OP_SUM, a->dtype, a->buf) < 0)
+        return NULL;
+    sw_scalar s;
+    memset(&s, 0, sizeof s);
+    int rc;
+    NOGIL(rc = sw_op_sum(a->buf, a->dtype, a->nelem, &s));
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    switch (sw_py_dtypes[a->dtype].kind) {
+    case SW_KIND_FLOAT:
+        return PyFloat_FromDouble(s.f);
+    case SW_KIND_COMPLEX:
+        return PyComplex_FromDoubles(s.c.re, s.c.im);
+    case SW_KIND_UINT:
+        return PyLong_FromUnsignedLongLong((unsigned long long)s.u);
+    default: /* signed integers, and bool's count */
+        return PyLong_FromLongLong((long long)s.i);
+    }
 }
 
 static PyObject *mod_sum(PyObject *m, PyObject *arg)
 {
     sw_py_state *st = sw_py_module_state(m);
-    ArrayObject *a = array_arg(st, arg, "sum", "a");
-    if (a == NULL)
-        return NULL;
-    sw_scalar s = {.i = 0};
-    int rc;
-    NOGIL(rc = sw_op_sum(a->buf, a->dtype, a->nelem, &s));
-    if (rc != SW_OK)
-        return sw_py_raise(st, rc);
-    if (sw_py_dtypes[a->dtype].is_float)
-        return PyFloat_FromDouble(s.f);
-    return PyLong_FromLongLong((long long)s.i);
+    ArrayObject *a = sw_py_array_arg(st, arg, "sum", "a");
+    return a ? sw_py_sum(st, a) : NULL;
 }
 
 static PyMethodDef ops_methods[] = {
@@ -306,7 +422,9 @@ static PyMethodDef ops_methods[] = {
            "place on the device; returns y.  queue= as for add()."),
     {"sum", (PyCFunction)(void (*)(void))mod_sum, METH_O,
      "sum(a)\n--\n\nThe sum of a's elements, reduced on the device: a float "
-     "for float arrays, an int for integer ones (wrapping at 64 bits)."},
+     "for float arrays (accumulated in float64), a complex for complex "
+     "ones, an int for integer ones (wrapping at 64 bits) and the count of "
+     "True for bool ones."},
     {NULL, NULL, 0, NULL},
 };
 

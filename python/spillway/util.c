@@ -156,6 +156,21 @@ int sw_py_parse_tag(PyObject *obj, const char **tag)
     return *tag ? 0 : -1;
 }
 
+/* PyGILState_Check answers 1 whenever subinterpreters exist, which would
+ * be fatal here: compare this thread's own state with the current one. */
+int sw_py_holds_gil(void)
+{
+    if (!Py_IsInitialized())
+        return 0;
+    PyThreadState *mine = PyGILState_GetThisThreadState();
+#if PY_VERSION_HEX >= 0x030D0000
+    PyThreadState *cur = PyThreadState_GetUnchecked();
+#else
+    PyThreadState *cur = _PyThreadState_UncheckedGet();
+#endif
+    return mine != NULL && mine == cur;
+}
+
 PyTypeObject *sw_py_add_type(PyObject *m, PyType_Spec *spec)
 {
     PyTypeObject *t = (PyTypeObject *)PyType_FromModuleAndSpec(m, spec, NULL);

@@ -59,6 +59,15 @@ typedef struct sw__device_props {
     uint32_t dtypes;
     /* When dtypes lacks some, why (one line, e.g. "no cl_khr_fp64"). */
     char dtypes_why[96];
+    /* Nonzero when the device's memory is the host's (the host backend,
+     * unified memory): there is nothing to spill to, so the core never
+     * spills -- a budget that would be passed is an OOM after the pressure
+     * callbacks -- and `spilled` stays 0. */
+    int no_spill;
+    /* Nonzero when a sw_devmem base is a handle, not an address (OpenCL's
+     * cl_mem): the core then checks operand alignment on the offset
+     * alone. */
+    int opaque_base;
 } sw__device_props;
 
 typedef struct sw__backend_ops {
@@ -160,6 +169,9 @@ extern const sw__backend_ops sw__sim_backend;
 extern const sw__backend_ops sw__opencl_backend; /* opencl.c */
 #endif
 extern const sw__backend_ops sw__cuda_backend; /* cuda.c: always built */
+extern const sw__backend_ops sw__hip_backend;  /* hip.c: always built */
+extern const sw__backend_ops sw__ze_backend;   /* ze.c: always built */
+extern const sw__backend_ops sw__host_backend; /* host.c: always built */
 
 /* Host memory for the library's own use, core and backends alike: every
  * host allocation goes through these (never malloc directly), the one place

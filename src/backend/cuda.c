@@ -54,12 +54,15 @@
  *  - The built-in kernels are CUDA C (src/backend/kernels/cuda.cu, embedded
  *    at build time), compiled at first use by NVRTC (libnvrtc dlopen'ed
  *    too) for the device's architecture, once per architecture per
- *    process, and loaded once per device.  Integer kernels
- *    compute in unsigned types (so they wrap); floats are compiled with
- *    --fmad=false (a*x + y rounds twice, as on the host); sums reduce in a
- *    fixed order (a grid of at most 256 blocks of 256 threads, each thread
- *    striding, a tree in each block, then one block over the partials), so
- *    a sum is the same bits every time for the same input.
+ *    process, and loaded once per device.  They cover every dtype, with
+ *    the simulated device's arithmetic bit for bit (cuda.cu's comment):
+ *    integer kernels compute in unsigned types (so they wrap), float16
+ *    and bfloat16 in float, complex by one stated formula; floats are
+ *    compiled with --fmad=false (a*x + y rounds twice, as on the host);
+ *    sums reduce in a fixed order (a grid of at most 256 blocks of 256
+ *    threads, each thread striding, a tree in each block, then one block
+ *    over the partials), so a sum is the same bits every time for the
+ *    same input.
  *  - Events are CUDA events without timing, recycled per device.
  *
  * Threads and locks.  The core holds its device mutex around everything
@@ -76,6 +79,7 @@
 #include "backend.h"
 #include "cuda_api.h"
 #include "cuda_internal.h"
+#include "elements.h"
 
 #include <assert.h>
 #include <dlfcn.h>
@@ -91,6 +95,7 @@
 #define CUDA__MAX_DEVICES 64
 #define CUDA__THREADS 256u      /* threads per block of every kernel */
 #define CUDA__SUM_BLOCKS 256u   /* most partial sums per reduction */
+#define CUDA__PARTIAL 16u       /* bytes of one partial sum, at most */
 
 /* ------------------------------------------------------------------------
  * The driver: loaded once per process
@@ -311,56 +316,170 @@ void *sw__cuda_thread_context(void)
  * sums depend on it; the source's SW_THREADS is the same number).
  * ---------------------------------------------------------------------- */
 
-/* Indexes of the extra kernels after the kernel x dtype grid. */
+/* The entry points.  The arithmetic comes in groups of three, ADD,
+ * SCALE, AXPY, one group per arithmetic type (cuda__dtype). */
 enum {
-    CUDA__K_GRID = 6 * 4, /* sw_kernel (FILL..SUM) x sw_dtype */
-    CUDA__K_SUM_FINAL_F64 = CUDA__K_GRID,
+    CUDA__K_FILL_U8,
+    CUDA__K_FILL_U16,
+    CUDA__K_FILL_U32,
+    CUDA__K_FILL_U64,
+    CUDA__K_FILL_U128,
+    CUDA__K_COPY_U8,
+    CUDA__K_COPY_U16,
+    CUDA__K_COPY_U32,
+    CUDA__K_COPY_U64,
+#define CUDA__ARITH(T) CUDA__K_ADD_##T, CUDA__K_SCALE_##T, CUDA__K_AXPY_##T
+    CUDA__ARITH(U8),
+    CUDA__ARITH(U16),
+    CUDA__ARITH(U32),
+    CUDA__ARITH(U64),
+    CUDA__ARITH(F16),
+    CUDA__ARITH(BF16),
+    CUDA__ARITH(F32),
+    CUDA__ARITH(F64),
+    CUDA__ARITH(C64),
+    CUDA__ARITH(C128),
+#undef CUDA__ARITH
+    CUDA__K_SUM_I8,
+    CUDA__K_SUM_I16,
+    CUDA__K_SUM_I32,
+    CUDA__K_SUM_U8,
+    CUDA__K_SUM_U16,
+    CUDA__K_SUM_U32,
+    CUDA__K_SUM_U64,
+    CUDA__K_SUM_B8,
+    CUDA__K_SUM_F16,
+    CUDA__K_SUM_BF16,
+    CUDA__K_SUM_F32,
+    CUDA__K_SUM_F64,
+    CUDA__K_SUM_C64,
+    CUDA__K_SUM_C128,
+    CUDA__K_SUM_FINAL_F64,
     CUDA__K_SUM_FINAL_I64,
+    CUDA__K_SUM_FINAL_C128,
     CUDA__K_FILL_BYTES,
     CUDA__K_COUNT,
 };
 
 static const char *const cuda__names[CUDA__K_COUNT] = {
-    "sw_fill_f32",  "sw_fill_f64",  "sw_fill_i32",  "sw_fill_i64",
-    "sw_copy_f32",  "sw_copy_f64",  "sw_copy_i32",  "sw_copy_i64",
-    "sw_add_f32",   "sw_add_f64",   "sw_add_i32",   "sw_add_i64",
-    "sw_scale_f32", "sw_scale_f64", "sw_scale_i32", "sw_scale_i64",
-    "sw_axpy_f32",  "sw_axpy_f64",  "sw_axpy_i32",  "sw_axpy_i64",
-    "sw_sum_f32",   "sw_sum_f64",   "sw_sum_i32",   "sw_sum_i64",
-    "sw_sum_final_f64", "sw_sum_final_i64", "sw_fill_bytes",
+    "sw_fill_u8", "sw_fill_u16", "sw_fill_u32", "sw_fill_u64",
+    "sw_fill_u128", "sw_copy_u8", "sw_copy_u16", "sw_copy_u32",
+    "sw_copy_u64",
+#define CUDA__ARITH(S) "sw_add_" S, "sw_scale_" S, "sw_axpy_" S
+    CUDA__ARITH("u8"), CUDA__ARITH("u16"), CUDA__ARITH("u32"),
+    CUDA__ARITH("u64"), CUDA__ARITH("f16"), CUDA__ARITH("bf16"),
+    CUDA__ARITH("f32"), CUDA__ARITH("f64"), CUDA__ARITH("c64"),
+    CUDA__ARITH("c128"),
+#undef CUDA__ARITH
+    "sw_sum_i8", "sw_sum_i16", "sw_sum_i32", "sw_sum_u8", "sw_sum_u16",
+    "sw_sum_u32", "sw_sum_u64", "sw_sum_b8", "sw_sum_f16", "sw_sum_bf16",
+    "sw_sum_f32", "sw_sum_f64", "sw_sum_c64", "sw_sum_c128",
+    "sw_sum_final_f64", "sw_sum_final_i64", "sw_sum_final_c128",
+    "sw_fill_bytes",
 };
 
 /* Each kernel's parameters, in bytes, as its CUDA C declares them: every
  * launch is checked against this before it reaches the driver (a wrong
  * size would be read as garbage by the GPU), and the cuda_nvrtc_ptx test
  * checks it against the compiled PTX's .param lists. */
-#define CUDA__P3(a, b, c) {3, {a, b, c, 0}}
-#define CUDA__P4(a, b, c, d) {4, {a, b, c, d}}
+#define CUDA__MAX_PARAMS 5
+#define CUDA__P3(a, b, c) {3, {a, b, c, 0, 0}}
+#define CUDA__P4(a, b, c, d) {4, {a, b, c, d, 0}}
+#define CUDA__P5(a, b, c, d, e) {5, {a, b, c, d, e}}
+/* ADD (out, a, b, n); SCALE and AXPY (out, a, alpha, n) */
+#define CUDA__PARITH(alpha)                                                   \
+    CUDA__P4(8, 8, 8, 8), CUDA__P4(8, 8, alpha, 8), CUDA__P4(8, 8, alpha, 8)
+/* complex SCALE and AXPY: (out, a, ar, ai, n) */
+#define CUDA__PCOMPLEX(part)                                                  \
+    CUDA__P4(8, 8, 8, 8), CUDA__P5(8, 8, part, part, 8),                      \
+        CUDA__P5(8, 8, part, part, 8)
 static const struct {
-    unsigned char n, size[4];
+    unsigned char n, size[CUDA__MAX_PARAMS];
 } cuda__params[CUDA__K_COUNT] = {
-    /* fill (out, alpha, n) */
-    CUDA__P3(8, 4, 8), CUDA__P3(8, 8, 8), CUDA__P3(8, 4, 8), CUDA__P3(8, 8, 8),
+    /* fill (out, alpha, n); the 16-byte one (out, lo, hi, n) */
+    CUDA__P3(8, 1, 8), CUDA__P3(8, 2, 8), CUDA__P3(8, 4, 8),
+    CUDA__P3(8, 8, 8), CUDA__P4(8, 8, 8, 8),
     /* copy (out, a, n) */
-    CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8),
-    /* add (out, a, b, n) */
-    CUDA__P4(8, 8, 8, 8), CUDA__P4(8, 8, 8, 8), CUDA__P4(8, 8, 8, 8),
-    CUDA__P4(8, 8, 8, 8),
-    /* scale (out, a, alpha, n) */
-    CUDA__P4(8, 8, 4, 8), CUDA__P4(8, 8, 8, 8), CUDA__P4(8, 8, 4, 8),
-    CUDA__P4(8, 8, 8, 8),
-    /* axpy (out, a, alpha, n) */
-    CUDA__P4(8, 8, 4, 8), CUDA__P4(8, 8, 8, 8), CUDA__P4(8, 8, 4, 8),
-    CUDA__P4(8, 8, 8, 8),
-    /* sum (a, n, partials) */
-    CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8),
-    /* sum_final_f64, sum_final_i64 (partials, count, out) */
-    CUDA__P3(8, 4, 8), CUDA__P3(8, 4, 8),
-    /* fill_bytes (dst, n, pattern, psize) */
-    CUDA__P4(8, 8, 8, 4),
+    CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8),
+    CUDA__P3(8, 8, 8),
+    /* add, scale, axpy: u8 u16 u32 u64 f16 bf16 f32 f64 (float16 and
+     * bfloat16 take alpha as a float), c64 c128 */
+    CUDA__PARITH(1), CUDA__PARITH(2), CUDA__PARITH(4), CUDA__PARITH(8),
+    CUDA__PARITH(4), CUDA__PARITH(4), CUDA__PARITH(4), CUDA__PARITH(8),
+    CUDA__PCOMPLEX(4), CUDA__PCOMPLEX(8),
+    /* sum (a, n, partials), 14 of them */
+    CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8),
+    CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8),
+    CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8),
+    CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8),
+    CUDA__P3(8, 8, 8), CUDA__P3(8, 8, 8),
+    /* sum_final_f64, _i64, _c128 (partials, count, out) */
+    CUDA__P3(8, 4, 8), CUDA__P3(8, 4, 8), CUDA__P3(8, 4, 8),
+    /* fill_bytes (dst, n, lo, hi, psize) */
+    CUDA__P5(8, 8, 8, 8, 4),
 };
 #undef CUDA__P3
 #undef CUDA__P4
+#undef CUDA__P5
+#undef CUDA__PARITH
+#undef CUDA__PCOMPLEX
+
+/* Per dtype: its ADD kernel (SCALE and AXPY follow; -1 for bool, which
+ * has no arithmetic), its SUM kernel and that sum's final pass. */
+static const struct {
+    int add, sum, final;
+} cuda__dtype[SW_DTYPE_COUNT] = {
+    [SW_FLOAT32] = {CUDA__K_ADD_F32, CUDA__K_SUM_F32, CUDA__K_SUM_FINAL_F64},
+    [SW_FLOAT64] = {CUDA__K_ADD_F64, CUDA__K_SUM_F64, CUDA__K_SUM_FINAL_F64},
+    [SW_INT32] = {CUDA__K_ADD_U32, CUDA__K_SUM_I32, CUDA__K_SUM_FINAL_I64},
+    [SW_INT64] = {CUDA__K_ADD_U64, CUDA__K_SUM_U64, CUDA__K_SUM_FINAL_I64},
+    [SW_BOOL] = {-1, CUDA__K_SUM_B8, CUDA__K_SUM_FINAL_I64},
+    [SW_INT8] = {CUDA__K_ADD_U8, CUDA__K_SUM_I8, CUDA__K_SUM_FINAL_I64},
+    [SW_INT16] = {CUDA__K_ADD_U16, CUDA__K_SUM_I16, CUDA__K_SUM_FINAL_I64},
+    [SW_UINT8] = {CUDA__K_ADD_U8, CUDA__K_SUM_U8, CUDA__K_SUM_FINAL_I64},
+    [SW_UINT16] = {CUDA__K_ADD_U16, CUDA__K_SUM_U16, CUDA__K_SUM_FINAL_I64},
+    [SW_UINT32] = {CUDA__K_ADD_U32, CUDA__K_SUM_U32, CUDA__K_SUM_FINAL_I64},
+    [SW_UINT64] = {CUDA__K_ADD_U64, CUDA__K_SUM_U64, CUDA__K_SUM_FINAL_I64},
+    [SW_FLOAT16] = {CUDA__K_ADD_F16, CUDA__K_SUM_F16, CUDA__K_SUM_FINAL_F64},
+    [SW_BFLOAT16] = {CUDA__K_ADD_BF16, CUDA__K_SUM_BF16,
+                     CUDA__K_SUM_FINAL_F64},
+    [SW_COMPLEX64] = {CUDA__K_ADD_C64, CUDA__K_SUM_C64,
+                      CUDA__K_SUM_FINAL_C128},
+    [SW_COMPLEX128] = {CUDA__K_ADD_C128, CUDA__K_SUM_C128,
+                       CUDA__K_SUM_FINAL_C128},
+};
+
+/* FILL and COPY kernels by log2 of the element size (COPY of 16-byte
+ * elements copies twice as many u64). */
+static const int cuda__fills[5] = {CUDA__K_FILL_U8, CUDA__K_FILL_U16,
+                                   CUDA__K_FILL_U32, CUDA__K_FILL_U64,
+                                   CUDA__K_FILL_U128};
+static const int cuda__copies[4] = {CUDA__K_COPY_U8, CUDA__K_COPY_U16,
+                                    CUDA__K_COPY_U32, CUDA__K_COPY_U64};
+
+static int cuda__log2_size(size_t es)
+{
+    return es == 1 ? 0 : es == 2 ? 1 : es == 4 ? 2 : es == 8 ? 3 : 4;
+}
+
+int sw__cuda_kernel_for(int kernel, int dtype)
+{
+    if (dtype < 0 || dtype >= SW_DTYPE_COUNT)
+        return -1;
+    int lg = cuda__log2_size(sw_dtype_size((sw_dtype)dtype));
+    switch (kernel) {
+    case SW_KERNEL_FILL: return cuda__fills[lg];
+    case SW_KERNEL_COPY: return cuda__copies[lg < 3 ? lg : 3];
+    case SW_KERNEL_ADD:
+    case SW_KERNEL_SCALE:
+    case SW_KERNEL_AXPY:
+        return cuda__dtype[dtype].add < 0
+                   ? -1
+                   : cuda__dtype[dtype].add + (kernel - SW_KERNEL_ADD);
+    case SW_KERNEL_SUM: return cuda__dtype[dtype].sum;
+    default: return -1;
+    }
+}
 
 const unsigned char *sw__cuda_kernel_params(size_t k, size_t *count)
 {
@@ -749,6 +868,7 @@ static int cuda_open(int index, sw__bdev **out, sw__device_props *props)
     props->total = total;
     props->max_alloc = 0;
     props->host_addressable = 0;
+    props->dtypes = SW__ALL_DTYPES; /* kernels/cuda.cu covers them all */
     *out = d;
     return SW_OK;
 }
@@ -1058,8 +1178,8 @@ static int cuda__kernels_ready(sw__bdev *d);
 
 /* A kernel's arguments: pointers to host variables, with their sizes. */
 typedef struct cuda__args {
-    void *ptr[4];
-    unsigned char size[4];
+    void *ptr[CUDA__MAX_PARAMS];
+    unsigned char size[CUDA__MAX_PARAMS];
     unsigned char n;
 } cuda__args;
 
@@ -1084,7 +1204,7 @@ static int cuda__run(sw__bqueue *q, int k, unsigned grid,
     int rc = cuda__kernels_ready(d);
     if (rc != SW_OK)
         return rc;
-    void *params[4];
+    void *params[CUDA__MAX_PARAMS];
     memcpy(params, a->ptr, sizeof params);
     swcu_result r = CU(cuLaunchKernel)(d->fn[k], grid, 1, 1, CUDA__THREADS,
                                        1, 1, 0, q->stream, params, NULL);
@@ -1102,17 +1222,22 @@ static unsigned cuda__grid(const sw__bdev *d, size_t n)
     return (unsigned)(blocks < cap ? blocks : cap);
 }
 
-/* A pattern at any alignment, through the byte kernel. */
+/* A pattern of 1, 2, 4, 8 or 16 bytes at any alignment, through the
+ * byte kernel. */
 static int cuda__fill_bytes(sw__bqueue *q, swcu_deviceptr p, size_t n,
                             const unsigned char *pattern, size_t psize)
 {
-    unsigned long long bits = 0, count = n;
-    memcpy(&bits, pattern, psize);
+    unsigned char pat[16] = {0};
+    memcpy(pat, pattern, psize);
+    unsigned long long lo = 0, hi = 0, count = n;
+    memcpy(&lo, pat, 8);
+    memcpy(&hi, pat + 8, 8);
     unsigned int ps = (unsigned int)psize;
     cuda__args a = {.n = 0};
     CUDA__ARG(a, p);
     CUDA__ARG(a, count);
-    CUDA__ARG(a, bits);
+    CUDA__ARG(a, lo);
+    CUDA__ARG(a, hi);
     CUDA__ARG(a, ps);
     return cuda__run(q, CUDA__K_FILL_BYTES, cuda__grid(q->dev, n), &a);
 }
@@ -1160,7 +1285,7 @@ static int cuda_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
         CUDA__ARG(a, p);
         CUDA__ARG(a, bits);
         CUDA__ARG(a, count);
-        rc = cuda__run(q, SW_KERNEL_FILL * 4 + SW_INT64, cuda__grid(d, n / 8),
+        rc = cuda__run(q, CUDA__K_FILL_U64, cuda__grid(d, n / 8),
                        &a);
     } else {
         rc = cuda__fill_bytes(q, p, n, pat, pattern_size);
@@ -1319,7 +1444,7 @@ static int cuda__partials(sw__bqueue *q)
     if (q->partials != 0)
         return SW_OK;
     sw__bdev *d = q->dev;
-    size_t bytes = CUDA__SUM_BLOCKS * 8;
+    size_t bytes = CUDA__SUM_BLOCKS * CUDA__PARTIAL;
     swcu_result r;
     if (d->pool != NULL) {
         r = CU(cuMemAllocFromPoolAsync)(&q->partials, bytes, d->pool,
@@ -1346,33 +1471,29 @@ static int cuda__launch(sw__bqueue *q, const sw_kernel_args *a, size_t es)
     swcu_deviceptr pa = (swcu_deviceptr)(a->a.base + a->a.offset);
     swcu_deviceptr pb = (swcu_deviceptr)(a->b.base + a->b.offset);
     unsigned long long n = a->n;
-    int k = (int)a->kernel * 4 + (int)a->dtype;
     unsigned grid = cuda__grid(d, a->n);
     size_t bytes = a->n * es;
+    int lg = cuda__log2_size(es);
 
-    /* alpha as one element of the dtype (es bytes). */
-    float af = (float)a->alpha.f;
-    double ad = a->alpha.f;
-    uint32_t ai32 = (uint32_t)(uint64_t)a->alpha.i;
-    uint64_t ai64 = (uint64_t)a->alpha.i;
-    void *alpha = a->dtype == SW_FLOAT32   ? (void *)&af
-                  : a->dtype == SW_FLOAT64 ? (void *)&ad
-                  : a->dtype == SW_INT32   ? (void *)&ai32
-                                           : (void *)&ai64;
+    /* alpha as one element of the dtype (elements.h's rules). */
+    unsigned char alpha[16];
+    sw__element_bytes(a->dtype, a->alpha, alpha);
     cuda__args args = {.n = 0};
 
     switch (a->kernel) {
     case SW_KERNEL_FILL:
-        if (out % es != 0) {
-            unsigned char pat[8];
-            memcpy(pat, alpha, es);
-            return cuda__fill_bytes(q, out, bytes, pat, es);
-        }
+        if (out % es != 0)
+            return cuda__fill_bytes(q, out, bytes, alpha, es);
         CUDA__ARG(args, out);
-        CUDA__ARGP(args, alpha, es);
+        if (es == 16) { /* (out, lo, hi, n) */
+            CUDA__ARGP(args, alpha, 8);
+            CUDA__ARGP(args, alpha + 8, 8);
+        } else {
+            CUDA__ARGP(args, alpha, es);
+        }
         CUDA__ARG(args, n);
-        return cuda__run(q, k, grid, &args);
-    case SW_KERNEL_COPY:
+        return cuda__run(q, cuda__fills[lg], grid, &args);
+    case SW_KERNEL_COPY: {
         if (out == pa)
             return SW_OK; /* out[i] = out[i] */
         if (out < pa + bytes && pa < out + bytes)
@@ -1385,23 +1506,42 @@ static int cuda__launch(sw__bqueue *q, const sw_kernel_args *a, size_t es)
                        : cuda__fail(d->index, r, "cuMemcpyDtoDAsync_v2",
                                     "COPY");
         }
+        /* 16-byte elements copy as twice as many u64. */
+        unsigned long long cn = es == 16 ? 2 * n : n;
         CUDA__ARG(args, out);
         CUDA__ARG(args, pa);
-        CUDA__ARG(args, n);
-        return cuda__run(q, k, grid, &args);
+        CUDA__ARG(args, cn);
+        return cuda__run(q, cuda__copies[lg < 3 ? lg : 3],
+                         cuda__grid(d, (size_t)cn), &args);
+    }
     case SW_KERNEL_ADD:
         CUDA__ARG(args, out);
         CUDA__ARG(args, pa);
         CUDA__ARG(args, pb);
         CUDA__ARG(args, n);
-        return cuda__run(q, k, grid, &args);
+        return cuda__run(q, cuda__dtype[a->dtype].add, grid, &args);
     case SW_KERNEL_SCALE:
-    case SW_KERNEL_AXPY:
+    case SW_KERNEL_AXPY: {
+        int k = cuda__dtype[a->dtype].add + (int)(a->kernel - SW_KERNEL_ADD);
+        float half = 0.0f;
         CUDA__ARG(args, out);
         CUDA__ARG(args, pa);
-        CUDA__ARGP(args, alpha, es);
+        if (a->dtype == SW_FLOAT16 || a->dtype == SW_BFLOAT16) {
+            /* The element's value, as the float the kernel computes in. */
+            uint16_t h;
+            memcpy(&h, alpha, 2);
+            half = a->dtype == SW_FLOAT16 ? sw__f16_to_f32(h)
+                                          : sw__bf16_to_f32(h);
+            CUDA__ARG(args, half);
+        } else if (a->dtype == SW_COMPLEX64 || a->dtype == SW_COMPLEX128) {
+            CUDA__ARGP(args, alpha, es / 2);          /* ar */
+            CUDA__ARGP(args, alpha + es / 2, es / 2); /* ai */
+        } else {
+            CUDA__ARGP(args, alpha, es);
+        }
         CUDA__ARG(args, n);
         return cuda__run(q, k, grid, &args);
+    }
     case SW_KERNEL_SUM: {
         rc = cuda__partials(q);
         if (rc != SW_OK)
@@ -1415,7 +1555,7 @@ static int cuda__launch(sw__bqueue *q, const sw_kernel_args *a, size_t es)
         CUDA__ARG(args, pa);
         CUDA__ARG(args, n);
         CUDA__ARG(args, partials);
-        rc = cuda__run(q, k, g, &args);
+        rc = cuda__run(q, cuda__dtype[a->dtype].sum, g, &args);
         if (rc != SW_OK)
             return rc;
         unsigned int count = g;
@@ -1423,27 +1563,24 @@ static int cuda__launch(sw__bqueue *q, const sw_kernel_args *a, size_t es)
         CUDA__ARG(fin, partials);
         CUDA__ARG(fin, count);
         CUDA__ARG(fin, out);
-        return cuda__run(q,
-                         a->dtype == SW_FLOAT32 || a->dtype == SW_FLOAT64
-                             ? CUDA__K_SUM_FINAL_F64
-                             : CUDA__K_SUM_FINAL_I64,
-                         1, &fin);
+        return cuda__run(q, cuda__dtype[a->dtype].final, 1, &fin);
     }
     }
     return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: unknown kernel %d",
                       d->index, (int)a->kernel);
 }
 
-/* The core has checked the kernel, the dtype (one of props.dtypes: 0, the
- * four of version 1, which the kernel table is indexed by), the count and
- * the typed operands' alignment: a misaligned access would end the
- * context for good (a sticky CUDA_ERROR_MISALIGNED_ADDRESS), so none
- * reaches the GPU.  FILL and COPY take any alignment (bytes), SUM stores
- * its result wherever out points. */
+/* The core has checked the kernel, the dtype (one of props.dtypes: every
+ * one), the count and the typed operands' alignment: a misaligned access
+ * would end the context for good (a sticky
+ * CUDA_ERROR_MISALIGNED_ADDRESS), so none reaches the GPU.  FILL and COPY
+ * take any alignment (bytes), SUM stores its result wherever out points. */
 static int cuda_launch(sw__bqueue *q, const sw_kernel_args *args)
 {
     sw__bdev *d = q->dev;
-    assert((unsigned)args->dtype <= SW_INT64);
+    assert((unsigned)args->dtype < SW_DTYPE_COUNT);
+    assert(args->kernel == SW_KERNEL_FILL || args->kernel == SW_KERNEL_COPY ||
+           args->kernel == SW_KERNEL_SUM || args->dtype != SW_BOOL);
     size_t es = sw_dtype_size(args->dtype);
     cuda__scope s;
     int rc = cuda__enter(d, &s);

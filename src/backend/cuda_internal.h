@@ -77,6 +77,11 @@ const char *const *sw__cuda_kernel_names(size_t *count);
  * against the compiled PTX. */
 const unsigned char *sw__cuda_kernel_params(size_t k, size_t *count);
 
+/* The kernel (an index into sw__cuda_kernel_names) a launch of sw_kernel
+ * kernel on sw_dtype dtype runs on aligned operands (SUM: its first pass);
+ * -1 for none (bool arithmetic, or out of range). */
+int sw__cuda_kernel_for(int kernel, int dtype);
+
 /* Load libnvrtc once ($SPILLWAY_NVRTC_LIBRARY, then libnvrtc.so.<driver
  * major>, .so.13, .so.12, .so.11.2, .so, then the same under $CUDA_HOME,
  * $CUDA_PATH and /usr/local/cuda).  SW_OK, or SW_ERR_UNSUPPORTED with why

@@ -77,9 +77,12 @@
  * per local size, so letting the runtime choose would compile again for
  * many n) and buffer offsets as kernel arguments (OpenCL 1.2 has no
  * pointer arithmetic on cl_mem, and sub-buffers have alignment rules).
- * Integer kernels use unsigned types, so arithmetic wraps.  float64 needs
- * cl_khr_fp64; without it float64 kernels fail with SW_ERR_DTYPE, and
- * float32 sums accumulate in float-float pairs (see SUM below).
+ * They cover every dtype, with the simulated device's arithmetic bit for
+ * bit (opencl.cl's comment: integers wrap in unsigned types, float16 and
+ * bfloat16 compute in float, complex by one stated formula).  float64 and
+ * complex128 need cl_khr_fp64; without it they are left out of
+ * props.dtypes (the core refuses them with SW_ERR_DTYPE), and float sums
+ * accumulate in float-float pairs (see SUM below).
  *
  * SUM is a two-stage tree reduction of fixed shape, so a sum of the same n
  * elements on the same device always adds in the same order (with or
@@ -95,13 +98,15 @@
  *   stage 2: one group of L work-items does the same over partial[0..G):
  *       work-item j adds partial[j + k*L] for k = 0, 1, ..., then the
  *       same pairwise tree; the result is written to out.
- * Accumulators: double for float32 and float64 (float32 elements are
- * converted exactly), uint64 for int32 (sign-extended) and int64, so
+ * Accumulators: double for the float dtypes (elements are converted
+ * exactly), double2 for the complex ones (each part a float sum), uint64
+ * for the integers (signed ones sign-extended) and bool (a count), so
  * integer sums wrap exactly as the simulated device's do.  Results are not
  * bit-equal to the simulated device's sequential sum (another order) but
- * are reproducible run to run.  Without cl_khr_fp64 a float32 sum uses
- * float-float (double-single) accumulators in the same order, and the
- * final pair is converted to the nearest double in integer arithmetic.
+ * are reproducible run to run.  Without cl_khr_fp64 float16, bfloat16,
+ * float32 and complex64 sums use float-float (double-single) accumulators
+ * in the same order, and the final pairs are converted to the nearest
+ * double in integer arithmetic.
  *
  * Threads.  The core calls every operation with the device lock held,
  * except event_query/wait/release and synchronize, which touch only their
@@ -121,6 +126,7 @@
 #include <CL/cl.h>
 
 #include "backend.h"
+#include "elements.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -267,31 +273,51 @@ static int ocl__fail_enqueue(int index, const char *call, cl_int err)
 
 #include "backend/kernels/opencl_cl.h"
 
+/* The entry points.  Element-wise kernels and the byte kernels first, the
+ * sums last (ocl__build_all sizes work-groups by those two ranges).  The
+ * arithmetic comes in groups of three, ADD, SCALE, AXPY, one group per
+ * arithmetic type (ocl__arith). */
 typedef enum ocl__kid {
+    OCL__FILL_U8,
+    OCL__FILL_U16,
     OCL__FILL_U32,
     OCL__FILL_U64,
+    OCL__FILL_U128,
+    OCL__COPY_U8,
+    OCL__COPY_U16,
     OCL__COPY_U32,
     OCL__COPY_U64,
-    OCL__ADD_F32,
-    OCL__SCALE_F32,
-    OCL__AXPY_F32,
-    OCL__ADD_U32,
-    OCL__SCALE_U32,
-    OCL__AXPY_U32,
-    OCL__ADD_U64,
-    OCL__SCALE_U64,
-    OCL__AXPY_U64,
-    OCL__ADD_F64,
-    OCL__SCALE_F64,
-    OCL__AXPY_F64,
+#define OCL__ARITH(T) OCL__ADD_##T, OCL__SCALE_##T, OCL__AXPY_##T
+    OCL__ARITH(U8),
+    OCL__ARITH(U16),
+    OCL__ARITH(U32),
+    OCL__ARITH(U64),
+    OCL__ARITH(F16),
+    OCL__ARITH(BF16),
+    OCL__ARITH(F32),
+    OCL__ARITH(F64),
+    OCL__ARITH(C64),
+    OCL__ARITH(C128),
+#undef OCL__ARITH
     OCL__FILL_BYTES,
     OCL__MOVE_BYTES,
+    OCL__SUM1_I8, /* the first sum kernel */
+    OCL__SUM1_I16,
     OCL__SUM1_I32,
-    OCL__SUM1_I64,
+    OCL__SUM1_U8,
+    OCL__SUM1_U16,
+    OCL__SUM1_U32,
+    OCL__SUM1_U64,
+    OCL__SUM1_B8,
     OCL__SUM2_U,
+    OCL__SUM1_F16,
+    OCL__SUM1_BF16,
     OCL__SUM1_F32,
     OCL__SUM1_F64,
     OCL__SUM2_D,
+    OCL__SUM1_C64,
+    OCL__SUM1_C128,
+    OCL__SUM2_C,
     OCL__NKERNELS
 } ocl__kid;
 
@@ -300,31 +326,75 @@ static const struct {
     const char *name;
     int fp64;
 } ocl__kernels[OCL__NKERNELS] = {
+    [OCL__FILL_U8] = {"sw_fill_u8", 0},
+    [OCL__FILL_U16] = {"sw_fill_u16", 0},
     [OCL__FILL_U32] = {"sw_fill_u32", 0},
     [OCL__FILL_U64] = {"sw_fill_u64", 0},
+    [OCL__FILL_U128] = {"sw_fill_u128", 0},
+    [OCL__COPY_U8] = {"sw_copy_u8", 0},
+    [OCL__COPY_U16] = {"sw_copy_u16", 0},
     [OCL__COPY_U32] = {"sw_copy_u32", 0},
     [OCL__COPY_U64] = {"sw_copy_u64", 0},
-    [OCL__ADD_F32] = {"sw_add_f32", 0},
-    [OCL__SCALE_F32] = {"sw_scale_f32", 0},
-    [OCL__AXPY_F32] = {"sw_axpy_f32", 0},
-    [OCL__ADD_U32] = {"sw_add_u32", 0},
-    [OCL__SCALE_U32] = {"sw_scale_u32", 0},
-    [OCL__AXPY_U32] = {"sw_axpy_u32", 0},
-    [OCL__ADD_U64] = {"sw_add_u64", 0},
-    [OCL__SCALE_U64] = {"sw_scale_u64", 0},
-    [OCL__AXPY_U64] = {"sw_axpy_u64", 0},
-    [OCL__ADD_F64] = {"sw_add_f64", 1},
-    [OCL__SCALE_F64] = {"sw_scale_f64", 1},
-    [OCL__AXPY_F64] = {"sw_axpy_f64", 1},
+#define OCL__ARITH(T, S, F)                                                       [OCL__ADD_##T] = {"sw_add_" S, F}, [OCL__SCALE_##T] = {"sw_scale_" S, F},     [OCL__AXPY_##T] = {"sw_axpy_" S, F}
+    OCL__ARITH(U8, "u8", 0),
+    OCL__ARITH(U16, "u16", 0),
+    OCL__ARITH(U32, "u32", 0),
+    OCL__ARITH(U64, "u64", 0),
+    OCL__ARITH(F16, "f16", 0),
+    OCL__ARITH(BF16, "bf16", 0),
+    OCL__ARITH(F32, "f32", 0),
+    OCL__ARITH(F64, "f64", 1),
+    OCL__ARITH(C64, "c64", 0),
+    OCL__ARITH(C128, "c128", 1),
+#undef OCL__ARITH
     [OCL__FILL_BYTES] = {"sw_fill_bytes", 0},
     [OCL__MOVE_BYTES] = {"sw_move_bytes", 0},
+    [OCL__SUM1_I8] = {"sw_sum1_i8", 0},
+    [OCL__SUM1_I16] = {"sw_sum1_i16", 0},
     [OCL__SUM1_I32] = {"sw_sum1_i32", 0},
-    [OCL__SUM1_I64] = {"sw_sum1_i64", 0},
+    [OCL__SUM1_U8] = {"sw_sum1_u8", 0},
+    [OCL__SUM1_U16] = {"sw_sum1_u16", 0},
+    [OCL__SUM1_U32] = {"sw_sum1_u32", 0},
+    [OCL__SUM1_U64] = {"sw_sum1_u64", 0},
+    [OCL__SUM1_B8] = {"sw_sum1_b8", 0},
     [OCL__SUM2_U] = {"sw_sum2_u", 0},
-    [OCL__SUM1_F32] = {"sw_sum1_f32", 0}, /* float-float without fp64 */
+    /* float-float accumulators without fp64: */
+    [OCL__SUM1_F16] = {"sw_sum1_f16", 0},
+    [OCL__SUM1_BF16] = {"sw_sum1_bf16", 0},
+    [OCL__SUM1_F32] = {"sw_sum1_f32", 0},
     [OCL__SUM1_F64] = {"sw_sum1_f64", 1},
     [OCL__SUM2_D] = {"sw_sum2_d", 0},
+    [OCL__SUM1_C64] = {"sw_sum1_c64", 0},
+    [OCL__SUM1_C128] = {"sw_sum1_c128", 1},
+    [OCL__SUM2_C] = {"sw_sum2_c", 0},
 };
+
+/* Per dtype: its ADD kernel (SCALE and AXPY follow it; -1 for bool, which
+ * has no arithmetic), its two sum stages, and whether it needs fp64. */
+static const struct {
+    int add;
+    ocl__kid sum1, sum2;
+    int fp64;
+} ocl__dtype[SW_DTYPE_COUNT] = {
+    [SW_FLOAT32] = {OCL__ADD_F32, OCL__SUM1_F32, OCL__SUM2_D, 0},
+    [SW_FLOAT64] = {OCL__ADD_F64, OCL__SUM1_F64, OCL__SUM2_D, 1},
+    [SW_INT32] = {OCL__ADD_U32, OCL__SUM1_I32, OCL__SUM2_U, 0},
+    [SW_INT64] = {OCL__ADD_U64, OCL__SUM1_U64, OCL__SUM2_U, 0},
+    [SW_BOOL] = {-1, OCL__SUM1_B8, OCL__SUM2_U, 0},
+    [SW_INT8] = {OCL__ADD_U8, OCL__SUM1_I8, OCL__SUM2_U, 0},
+    [SW_INT16] = {OCL__ADD_U16, OCL__SUM1_I16, OCL__SUM2_U, 0},
+    [SW_UINT8] = {OCL__ADD_U8, OCL__SUM1_U8, OCL__SUM2_U, 0},
+    [SW_UINT16] = {OCL__ADD_U16, OCL__SUM1_U16, OCL__SUM2_U, 0},
+    [SW_UINT32] = {OCL__ADD_U32, OCL__SUM1_U32, OCL__SUM2_U, 0},
+    [SW_UINT64] = {OCL__ADD_U64, OCL__SUM1_U64, OCL__SUM2_U, 0},
+    [SW_FLOAT16] = {OCL__ADD_F16, OCL__SUM1_F16, OCL__SUM2_D, 0},
+    [SW_BFLOAT16] = {OCL__ADD_BF16, OCL__SUM1_BF16, OCL__SUM2_D, 0},
+    [SW_COMPLEX64] = {OCL__ADD_C64, OCL__SUM1_C64, OCL__SUM2_C, 0},
+    [SW_COMPLEX128] = {OCL__ADD_C128, OCL__SUM1_C128, OCL__SUM2_C, 1},
+};
+
+/* Bytes of one stage-1 partial sum, at most (a double2 or a float4). */
+#define OCL__PARTIAL 16u
 
 /* ------------------------------------------------------------------------
  * Types
@@ -347,7 +417,8 @@ struct sw__bqueue {
      * enqueued since the last clFlush. */
     cl_event last;
     int unflushed;
-    cl_mem partials; /* a sum's stage-1 results: OCL__SUM_GROUPS x 8 bytes */
+    cl_mem partials; /* a sum's stage-1 results: OCL__SUM_GROUPS x
+                      * OCL__PARTIAL bytes */
     ocl__dfree *head, *tail; /* deferred frees, oldest first */
     sw__bqueue *next;        /* in dev->queues */
 };
@@ -617,7 +688,8 @@ static int ocl__launch_ew(sw__bqueue *q, ocl__kid kid, cl_mem o, size_t oo,
     return SW_OK;
 }
 
-/* Fill bytes [off, off + n) of mem with the pattern repeated. */
+/* Fill bytes [off, off + n) of mem with the pattern (1, 2, 4, 8 or 16
+ * bytes) repeated. */
 static int ocl__fill_any(sw__bqueue *q, cl_mem mem, size_t off, size_t n,
                          const unsigned char *pattern, size_t psize)
 {
@@ -632,21 +704,21 @@ static int ocl__fill_any(sw__bqueue *q, cl_mem mem, size_t off, size_t n,
         return SW_OK;
     }
     /* Not aligned to the pattern (clEnqueueFillBuffer requires it). */
-    cl_ulong pat = 0;
+    cl_ulong pat[2] = {0, 0}; /* bytes 0..7, 8..15 */
     for (size_t k = 0; k < psize; k++)
-        pat |= (cl_ulong)pattern[k] << (8 * k);
+        pat[k / 8] |= (cl_ulong)pattern[k] << (8 * (k % 8));
     cl_uint ps = (cl_uint)psize;
     size_t local = q->dev->ew_local;
     for (size_t done = 0; done < n;) {
         size_t cnt = n - done < OCL__MAX_ITEMS ? n - done : OCL__MAX_ITEMS;
         /* The chunk starts a whole number of patterns in (OCL__MAX_ITEMS
-         * is a multiple of 8), so i % psize stays in phase. */
+         * is a multiple of 16), so i % psize stays in phase. */
         cl_ulong uoo = off + done, un = cnt;
-        ocl__arg args[5] = {{sizeof mem, &mem}, {sizeof uoo, &uoo},
-                            {sizeof pat, &pat}, {sizeof ps, &ps},
-                            {sizeof un, &un}};
+        ocl__arg args[6] = {{sizeof mem, &mem},   {sizeof uoo, &uoo},
+                            {sizeof pat[0], &pat[0]}, {sizeof pat[1], &pat[1]},
+                            {sizeof ps, &ps},     {sizeof un, &un}};
         int rc = ocl__launch_raw(q, OCL__FILL_BYTES,
-                                 ocl__round_up(cnt, local), local, args, 5);
+                                 ocl__round_up(cnt, local), local, args, 6);
         if (rc != SW_OK)
             return rc;
         done += cnt;
@@ -689,7 +761,7 @@ static int ocl__queue_new(sw__bdev *dev, sw__bqueue **out)
                           "opencl:%d: out of host memory for a queue",
                           dev->index);
     q->dev = dev;
-    size_t psize = OCL__SUM_GROUPS * 8;
+    size_t psize = OCL__SUM_GROUPS * OCL__PARTIAL;
     if (dev->capacity - dev->allocated < psize) {
         sw__free(q);
         return sw__errorf(SW_ERR_OOM,
@@ -727,7 +799,7 @@ static void ocl__queue_free(sw__bqueue *q)
     ocl__reap(q, 1);
     if (q->last)
         clReleaseEvent(q->last);
-    ocl__release_mem(dev, q->partials, OCL__SUM_GROUPS * 8);
+    ocl__release_mem(dev, q->partials, OCL__SUM_GROUPS * OCL__PARTIAL);
     clReleaseCommandQueue(q->cq);
     sw__bqueue **pp = &dev->queues;
     while (*pp != q)
@@ -870,15 +942,15 @@ static int ocl__build_all(sw__bdev *dev)
         lim = maxwg;
     if (items[0] < lim)
         lim = items[0];
-    if (lmem / 8 < lim)
-        lim = (size_t)(lmem / 8);
+    if (lmem / OCL__PARTIAL < lim) /* a sum's __local accumulators */
+        lim = (size_t)(lmem / OCL__PARTIAL);
     if (lim < 1)
         lim = 1;
     size_t red = ocl__pow2_floor(lim);
     int rc = ocl__build(dev, red);
     if (rc != SW_OK)
         return rc;
-    size_t red_ok = ocl__kernels_wg(dev, OCL__SUM1_I32, OCL__SUM2_D);
+    size_t red_ok = ocl__kernels_wg(dev, OCL__SUM1_I8, OCL__NKERNELS - 1);
     if (red_ok < red) {
         ocl__unbuild(dev);
         red = ocl__pow2_floor(red_ok);
@@ -886,7 +958,7 @@ static int ocl__build_all(sw__bdev *dev)
         if (rc != SW_OK)
             return rc;
     }
-    size_t ew = ocl__kernels_wg(dev, OCL__FILL_U32, OCL__FILL_BYTES);
+    size_t ew = ocl__kernels_wg(dev, OCL__FILL_U8, OCL__FILL_BYTES);
     if (ew > lim)
         ew = lim;
     dev->ew_local = ocl__pow2_floor(ew);
@@ -925,6 +997,20 @@ static void ocl__close_dev(sw__bdev *dev)
     if (dev->ctx)
         clReleaseContext(dev->ctx);
     sw__free(dev);
+}
+
+/* Cut s to at most max bytes at a word boundary, marking the cut with
+ * "...": a description is never cut mid-word. */
+static void ocl__cut_words(char *s, size_t max)
+{
+    if (strlen(s) <= max)
+        return;
+    size_t end = max > 3 ? max - 3 : 0;
+    while (end > 0 && s[end] != ' ')
+        end--;
+    while (end > 0 && (s[end - 1] == ' ' || s[end - 1] == ','))
+        end--;
+    memcpy(s + end, "...", 4);
 }
 
 static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
@@ -1015,22 +1101,23 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
     sw_format_bytes(dev->capacity, cap, sizeof cap);
     sw_format_bytes(gmem, gm, sizeof gm);
     /* Composed at full length, then cut to the field. */
-    char desc[320];
+    char desc[512], nm[128], pn[96];
+    snprintf(nm, sizeof nm, "%s", name);
+    snprintf(pn, sizeof pn, "%s", pname);
+    ocl__cut_words(nm, 60);
+    ocl__cut_words(pn, 40);
     if (dev->capacity < gmem)
         snprintf(desc, sizeof desc,
-                 "%.60s (%.30s, %s), capacity %s of %s "
+                 "%s (%s, %s), capacity %s of %s "
                  "(SPILLWAY_OPENCL_MEMORY)%s",
-                 name, pname, ocl__type_name(type), cap, gm,
+                 nm, pn, ocl__type_name(type), cap, gm,
                  dev->fp64 ? "" : ", no fp64");
     else
-        snprintf(desc, sizeof desc, "%.60s (%.30s, %s), capacity %s%s", name,
-                 pname, ocl__type_name(type), cap,
-                 dev->fp64 ? "" : ", no fp64");
+        snprintf(desc, sizeof desc, "%s (%s, %s), capacity %s%s", nm, pn,
+                 ocl__type_name(type), cap, dev->fp64 ? "" : ", no fp64");
     memset(props, 0, sizeof *props);
-    size_t dlen = strlen(desc);
-    if (dlen >= sizeof props->description)
-        dlen = sizeof props->description - 1;
-    memcpy(props->description, desc, dlen);
+    ocl__cut_words(desc, sizeof props->description - 1);
+    memcpy(props->description, desc, strlen(desc) + 1);
     props->total = dev->capacity;
     props->max_alloc = maxalloc != 0 && maxalloc < dev->capacity
                            ? maxalloc - maxalloc % SW_ALLOC_GRANULARITY
@@ -1038,15 +1125,16 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
     /* The contract's mem is a cl_mem, not an address: there is no host
      * address to give out through it (see docs/opencl.md). */
     props->host_addressable = 0;
-    /* The kernels of opencl.cl: the four of contract version 1, float64
-     * only with cl_khr_fp64 (the core refuses the others, saying why). */
-    props->dtypes = 1u << SW_FLOAT32 | 1u << SW_INT32 | 1u << SW_INT64;
-    if (dev->fp64)
-        props->dtypes |= 1u << SW_FLOAT64;
-    else
+    props->opaque_base = 1; /* cl_mem handles, not addresses */
+    /* The kernels of opencl.cl: every dtype, float64 and complex128 only
+     * with cl_khr_fp64 (the core refuses them otherwise, saying why). */
+    props->dtypes = SW__ALL_DTYPES;
+    if (!dev->fp64) {
+        props->dtypes &= ~(1u << SW_FLOAT64 | 1u << SW_COMPLEX128);
         snprintf(props->dtypes_why, sizeof props->dtypes_why,
                  "no double precision (cl_khr_fp64)%s",
                  has_fp64 ? ", turned off by SPILLWAY_OPENCL_FP64=0" : "");
+    }
     *out = dev;
     return SW_OK;
 }
@@ -1239,13 +1327,8 @@ static int ocl__sum(sw__bqueue *q, const sw_kernel_args *args)
         groups = OCL__SUM_GROUPS;
     cl_ulong tiles = (n + groups * L - 1) / (groups * L);
     size_t es = sw_dtype_size(args->dtype);
-    ocl__kid k1, k2;
-    switch (args->dtype) {
-    case SW_FLOAT32: k1 = OCL__SUM1_F32; k2 = OCL__SUM2_D; break;
-    case SW_FLOAT64: k1 = OCL__SUM1_F64; k2 = OCL__SUM2_D; break;
-    case SW_INT32: k1 = OCL__SUM1_I32; k2 = OCL__SUM2_U; break;
-    default: k1 = OCL__SUM1_I64; k2 = OCL__SUM2_U; break;
-    }
+    ocl__kid k1 = ocl__dtype[args->dtype].sum1;
+    ocl__kid k2 = ocl__dtype[args->dtype].sum2;
     cl_mem a = (cl_mem)args->a.base, out = (cl_mem)args->out.base;
     cl_ulong ao = args->a.offset / es, un = n, ug = groups,
              oo = args->out.offset;
@@ -1264,35 +1347,11 @@ static int ocl__sum(sw__bqueue *q, const sw_kernel_args *args)
     return ocl__launch_raw(q, k2, L, L, s2, 4);
 }
 
-/* The dtype's element bits of alpha (as the simulated device does). */
-static void ocl__alpha_bits(sw_dtype d, sw_scalar v, void *out)
-{
-    switch (d) {
-    case SW_FLOAT32: {
-        float f = (float)v.f;
-        memcpy(out, &f, 4);
-        break;
-    }
-    case SW_FLOAT64:
-        memcpy(out, &v.f, 8);
-        break;
-    case SW_INT32: {
-        uint32_t u = (uint32_t)(uint64_t)v.i;
-        memcpy(out, &u, 4);
-        break;
-    }
-    case SW_INT64:
-        memcpy(out, &v.i, 8);
-        break;
-    default: /* never launched: props.dtypes has the four above only */
-        break;
-    }
-}
-
-/* The core has checked the kernel, the dtype (one of props.dtypes: the
- * four of version 1, float64 only with cl_khr_fp64), the count and the
+/* The core has checked the kernel, the dtype (one of props.dtypes: every
+ * one, float64 and complex128 only with cl_khr_fp64), the count and the
  * typed operands' alignment (a cl_mem handle is a host pointer aligned to
- * at least 8 bytes, so its check of base + offset is one of the offset).
+ * at least 8 bytes, so its check of base + offset is one of the offset;
+ * the kernels need no more than 8: 16-byte elements are read as pairs).
  * What only this backend can tell is checked here: each operand against
  * the buffer the runtime knows (a wrapped sw_devmem may claim more than
  * its cl_mem holds). */
@@ -1301,8 +1360,8 @@ static int ocl_launch(sw__bqueue *q, const sw_kernel_args *args)
     sw__bdev *dev = q->dev;
     const char *kname = sw_kernel_name(args->kernel);
     const char *dname = sw_dtype_name(args->dtype);
-    assert((unsigned)args->dtype <= SW_INT64 &&
-           (args->dtype != SW_FLOAT64 || dev->fp64));
+    assert((unsigned)args->dtype < SW_DTYPE_COUNT &&
+           (!ocl__dtype[args->dtype].fp64 || dev->fp64));
     size_t es = sw_dtype_size(args->dtype);
     size_t bytes = args->n * es;
 
@@ -1327,7 +1386,10 @@ static int ocl_launch(sw__bqueue *q, const sw_kernel_args *args)
         break;
     case SW_KERNEL_SUM:
         ops[0] = &args->out;
-        lens[0] = 8;
+        lens[0] = args->dtype == SW_COMPLEX64 ||
+                          args->dtype == SW_COMPLEX128
+                      ? 16
+                      : 8;
         ops[1] = &args->a;
         break;
     }
@@ -1352,43 +1414,65 @@ static int ocl_launch(sw__bqueue *q, const sw_kernel_args *args)
     cl_mem o = (cl_mem)args->out.base;
     cl_mem a = args->a.base ? (cl_mem)args->a.base : o;
     cl_mem b = args->b.base ? (cl_mem)args->b.base : o;
-    unsigned char alpha[8];
-    ocl__alpha_bits(args->dtype, args->alpha, alpha);
+    /* alpha as one element (elements.h's rules), or for float16 and
+     * bfloat16 that element's value as the float the kernels compute
+     * with. */
+    unsigned char alpha[16];
+    sw__element_bytes(args->dtype, args->alpha, alpha);
 
+    /* Fills and copies by element size: 1, 2, 4, 8, 16 bytes. */
+    static const ocl__kid fills[5] = {OCL__FILL_U8, OCL__FILL_U16,
+                                      OCL__FILL_U32, OCL__FILL_U64,
+                                      OCL__FILL_U128};
+    int lg = es == 1 ? 0 : es == 2 ? 1 : es == 4 ? 2 : es == 8 ? 3 : 4;
     switch (args->kernel) {
     case SW_KERNEL_FILL:
         if (!typed)
             return ocl__fill_any(q, o, args->out.offset, bytes, alpha, es);
-        return ocl__launch_ew(q, es == 4 ? OCL__FILL_U32 : OCL__FILL_U64, o,
-                              args->out.offset / es, o, 0, o, 0, alpha, es,
-                              args->n);
+        /* The 16-byte fill counts its offset in ulongs. */
+        return ocl__launch_ew(q, fills[lg], o,
+                              args->out.offset / (es == 16 ? 8 : es), o, 0,
+                              o, 0, alpha, es, args->n);
     case SW_KERNEL_COPY: {
         int overlap = o == a && args->out.offset < args->a.offset + bytes &&
                       args->a.offset < args->out.offset + bytes;
         if (!typed || overlap)
             return ocl__copy_any(q, o, args->out.offset, a, args->a.offset,
                                  bytes);
-        return ocl__launch_ew(q, es == 4 ? OCL__COPY_U32 : OCL__COPY_U64, o,
-                              args->out.offset / es, a, args->a.offset / es,
-                              o, 0, alpha, es, args->n);
+        /* 16-byte elements copy as two ulongs. */
+        size_t cs = es == 16 ? 8 : es;
+        static const ocl__kid copies[4] = {OCL__COPY_U8, OCL__COPY_U16,
+                                           OCL__COPY_U32, OCL__COPY_U64};
+        return ocl__launch_ew(q, copies[lg < 3 ? lg : 3], o,
+                              args->out.offset / cs, a, args->a.offset / cs,
+                              o, 0, alpha, cs, bytes / cs);
     }
     case SW_KERNEL_SUM:
         return ocl__sum(q, args);
     default:
         break;
     }
-    static const ocl__kid table[3][4] = {
-        /* float32, float64, int32, int64 */
-        {OCL__ADD_F32, OCL__ADD_F64, OCL__ADD_U32, OCL__ADD_U64},
-        {OCL__SCALE_F32, OCL__SCALE_F64, OCL__SCALE_U32, OCL__SCALE_U64},
-        {OCL__AXPY_F32, OCL__AXPY_F64, OCL__AXPY_U32, OCL__AXPY_U64},
-    };
+    size_t alpha_size = es;
+    if (args->dtype == SW_FLOAT16 || args->dtype == SW_BFLOAT16) {
+        uint16_t h;
+        memcpy(&h, alpha, 2);
+        float f = args->dtype == SW_FLOAT16 ? sw__f16_to_f32(h)
+                                            : sw__bf16_to_f32(h);
+        memcpy(alpha, &f, 4);
+        alpha_size = 4;
+    }
+    int add = ocl__dtype[args->dtype].add;
+    assert(add >= 0); /* bool has no arithmetic: the core refuses it */
     int row = args->kernel == SW_KERNEL_ADD     ? 0
               : args->kernel == SW_KERNEL_SCALE ? 1
                                                 : 2;
-    return ocl__launch_ew(q, table[row][args->dtype], o,
-                          args->out.offset / es, a, args->a.offset / es, b,
-                          args->b.offset / es, alpha, es, args->n);
+    /* Complex kernels count offsets in parts (float or double). */
+    size_t unit = args->dtype == SW_COMPLEX64 || args->dtype == SW_COMPLEX128
+                      ? es / 2
+                      : es;
+    return ocl__launch_ew(q, (ocl__kid)(add + row), o, args->out.offset / unit,
+                          a, args->a.offset / unit, b, args->b.offset / unit,
+                          alpha, alpha_size, args->n);
 }
 
 /* ------------------------------------------------------------------------

@@ -5,7 +5,8 @@
  *   - Types: commands, events, queues, devices.
  *   - Checking commands: every operand inside a live allocation (the proof
  *     itself is sim_arena.c's), or a report and abort().
- *   - Kernels: the built-in kernels on the host, as the worker runs them.
+ *   - Kernels: their operands proven live, then run (the kernels
+ *     themselves, every dtype, are sim_kernels.c's).
  *   - Events.
  *   - Queues: the worker thread and its FIFO, enqueueing, queue lifetime.
  *   - fork(): draining and re-arming the workers around a fork.
@@ -42,6 +43,7 @@
  *    only the fork handlers walk.
  */
 #include "backend.h"
+#include "elements.h"
 #include "sim_internal.h"
 
 #include <errno.h>
@@ -208,150 +210,9 @@ static void sim__check(sw__bqueue *q, const sim__cmd *c, const sim__range *r,
 }
 
 /* ------------------------------------------------------------------------
- * Kernels.  Integers are computed in unsigned types of the same width, so
- * they wrap without undefined behaviour.  Each element-wise kernel exists
- * twice: restrict-qualified (vectorizable) for operands that do not overlap
- * the output, and plain for in-place use (out == a), where element i only
- * depends on element i and so gives the same results.
+ * Kernels: the operands proven live here, the arithmetic in
+ * sim_kernels.c.
  * ---------------------------------------------------------------------- */
-
-/* GCC's -O2 cost model vectorizes no loop whose trip count is unknown;
- * these loops are the device's arithmetic and worth it. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define SIM__VECTORIZE __attribute__((optimize("vect-cost-model=dynamic")))
-#else
-#define SIM__VECTORIZE
-#endif
-
-#define SIM__ELEMENTWISE(NAME, T, Q)                                          \
-    SIM__VECTORIZE static void NAME(sw_kernel k, void *Q out_,                \
-                                    const void *Q a_, const void *Q b_,       \
-                                    T alpha, size_t n)                        \
-    {                                                                         \
-        T *out = out_;                                                        \
-        const T *a = a_;                                                      \
-        const T *b = b_;                                                      \
-        switch (k) {                                                          \
-        case SW_KERNEL_ADD:                                                   \
-            for (size_t i = 0; i < n; i++)                                    \
-                out[i] = a[i] + b[i];                                         \
-            break;                                                            \
-        case SW_KERNEL_SCALE:                                                 \
-            for (size_t i = 0; i < n; i++)                                    \
-                out[i] = alpha * a[i];                                        \
-            break;                                                            \
-        case SW_KERNEL_AXPY:                                                  \
-            for (size_t i = 0; i < n; i++)                                    \
-                out[i] = alpha * a[i] + out[i];                               \
-            break;                                                            \
-        default:                                                              \
-            break;                                                            \
-        }                                                                     \
-    }
-
-SIM__ELEMENTWISE(sim__ew_f32, float, restrict)
-SIM__ELEMENTWISE(sim__ew_f32_alias, float, )
-SIM__ELEMENTWISE(sim__ew_f64, double, restrict)
-SIM__ELEMENTWISE(sim__ew_f64_alias, double, )
-SIM__ELEMENTWISE(sim__ew_u32, uint32_t, restrict)
-SIM__ELEMENTWISE(sim__ew_u32_alias, uint32_t, )
-SIM__ELEMENTWISE(sim__ew_u64, uint64_t, restrict)
-SIM__ELEMENTWISE(sim__ew_u64_alias, uint64_t, )
-
-/* Repeat a psize-byte pattern over n bytes (n a multiple of psize) by
- * doubling what is already written, in chunks small enough that the source
- * stays in cache. */
-static void sim__fill_bytes(unsigned char *dst, size_t n,
-                            const unsigned char *pat, size_t psize)
-{
-    int uniform = 1;
-    for (size_t i = 1; i < psize; i++)
-        uniform &= pat[i] == pat[0];
-    if (uniform) {
-        memset(dst, pat[0], n);
-        return;
-    }
-    memcpy(dst, pat, psize);
-    size_t done = psize;
-    while (done < n) {
-        size_t chunk = done < 65536 ? done : 65536;
-        if (chunk > n - done)
-            chunk = n - done;
-        memcpy(dst + done, dst, chunk);
-        done += chunk;
-    }
-}
-
-/* The element value alpha as the bytes of one dtype element. */
-static void sim__scalar_bytes(sw_dtype d, sw_scalar v, unsigned char *out)
-{
-    switch (d) {
-    case SW_FLOAT32: {
-        float f = (float)v.f;
-        memcpy(out, &f, 4);
-        break;
-    }
-    case SW_FLOAT64:
-        memcpy(out, &v.f, 8);
-        break;
-    case SW_INT32: {
-        uint32_t u = (uint32_t)(uint64_t)v.i;
-        memcpy(out, &u, 4);
-        break;
-    }
-    case SW_INT64:
-        memcpy(out, &v.i, 8);
-        break;
-    default: /* never launched: props.dtypes has the four above only */
-        break;
-    }
-}
-
-/* Sequential sums: one fixed order, so results are reproducible. */
-static void sim__sum(sw_dtype d, const void *a, size_t n, void *out)
-{
-    switch (d) {
-    case SW_FLOAT32: {
-        const float *x = a;
-        double s = 0.0;
-        for (size_t i = 0; i < n; i++)
-            s += (double)x[i];
-        memcpy(out, &s, 8);
-        break;
-    }
-    case SW_FLOAT64: {
-        const double *x = a;
-        double s = 0.0;
-        for (size_t i = 0; i < n; i++)
-            s += x[i];
-        memcpy(out, &s, 8);
-        break;
-    }
-    case SW_INT32: {
-        const int32_t *x = a;
-        uint64_t s = 0;
-        for (size_t i = 0; i < n; i++)
-            s += (uint64_t)(int64_t)x[i]; /* sign-extend, then wrap */
-        memcpy(out, &s, 8);
-        break;
-    }
-    case SW_INT64: {
-        const uint64_t *x = a;
-        uint64_t s = 0;
-        for (size_t i = 0; i < n; i++)
-            s += x[i];
-        memcpy(out, &s, 8);
-        break;
-    }
-    default: /* never launched (props.dtypes) */
-        break;
-    }
-}
-
-static int sim__overlaps(uintptr_t x, uintptr_t y, size_t len)
-{
-    return x < y + len && y < x + len;
-}
 
 static void sim__run_kernel(sw__bqueue *q, const sim__cmd *c)
 {
@@ -370,53 +231,16 @@ static void sim__run_kernel(sw__bqueue *q, const sim__cmd *c)
         operands = 3;
         break;
     case SW_KERNEL_SUM:
-        r[0].len = 8;
+        /* A complex128 for complex dtypes, else 8 bytes. */
+        r[0].len = k->dtype == SW_COMPLEX64 || k->dtype == SW_COMPLEX128
+                       ? 16
+                       : 8;
         break;
     default:
         break;
     }
     sim__check(q, c, r, operands);
-
-    void *po = (void *)out;
-    const void *pa = (const void *)a, *pb = (const void *)b;
-    switch (k->kernel) {
-    case SW_KERNEL_FILL: {
-        unsigned char pat[8];
-        sim__scalar_bytes(k->dtype, k->alpha, pat);
-        sim__fill_bytes(po, bytes, pat, sw_dtype_size(k->dtype));
-        return;
-    }
-    case SW_KERNEL_COPY:
-        memmove(po, pa, bytes);
-        return;
-    case SW_KERNEL_SUM:
-        sim__sum(k->dtype, pa, k->n, po);
-        return;
-    default:
-        break;
-    }
-    int alias = sim__overlaps(out, a, bytes) ||
-                (k->kernel == SW_KERNEL_ADD && sim__overlaps(out, b, bytes));
-    switch (k->dtype) {
-    case SW_FLOAT32:
-        (alias ? sim__ew_f32_alias : sim__ew_f32)(k->kernel, po, pa, pb,
-                                                  (float)k->alpha.f, k->n);
-        break;
-    case SW_FLOAT64:
-        (alias ? sim__ew_f64_alias : sim__ew_f64)(k->kernel, po, pa, pb,
-                                                  k->alpha.f, k->n);
-        break;
-    case SW_INT32:
-        (alias ? sim__ew_u32_alias : sim__ew_u32)(
-            k->kernel, po, pa, pb, (uint32_t)(uint64_t)k->alpha.i, k->n);
-        break;
-    case SW_INT64:
-        (alias ? sim__ew_u64_alias : sim__ew_u64)(
-            k->kernel, po, pa, pb, (uint64_t)k->alpha.i, k->n);
-        break;
-    default: /* never launched (props.dtypes) */
-        break;
-    }
+    sw__sim_kernel_run(k);
 }
 
 /* ------------------------------------------------------------------------
@@ -483,8 +307,8 @@ static void sim__execute(sw__bqueue *q, sim__link *l)
     case SIM__CMD_FILL: {
         sim__range r = {"dst", c->u.fill.dst, c->u.fill.n};
         sim__check(q, c, &r, 1);
-        sim__fill_bytes((unsigned char *)c->u.fill.dst, c->u.fill.n,
-                        c->u.fill.pattern, c->u.fill.psize);
+        sw__sim_fill_bytes((unsigned char *)c->u.fill.dst, c->u.fill.n,
+                           c->u.fill.pattern, c->u.fill.psize);
         break;
     }
     case SIM__CMD_KERNEL:
@@ -842,6 +666,7 @@ static int sim_open(int index, sw__bdev **out, sw__device_props *props)
     props->total = cap;
     props->max_alloc = cap;
     props->host_addressable = 1;
+    props->dtypes = SW__ALL_DTYPES; /* sim_kernels.c covers them all */
     *out = dev;
     return SW_OK;
 }
@@ -1023,9 +848,9 @@ static int sim_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
     return sim__enqueue(q, c, 0);
 }
 
-/* The core has checked the kernel, the dtype (one of props.dtypes: 0,
- * the four of version 1), the count and the operands' alignment; the
- * ranges are proven live when the kernel runs. */
+/* The core has checked the kernel, the dtype (any: props.dtypes has them
+ * all), the count and the operands' alignment; the ranges are proven live
+ * when the kernel runs. */
 static int sim_launch(sw__bqueue *q, const sw_kernel_args *args)
 {
     sim__cmd *c = sim__cmd_new(q, SIM__CMD_KERNEL);

@@ -2,7 +2,8 @@
  * sim_internal.h -- the simulated device's two halves and what they share:
  * the arena (sim_arena.c), a best-fit allocator over one mapping that also
  * proves byte ranges live, and the device itself (sim.c: queues, worker
- * threads, commands, kernels, the ops table).
+ * threads, commands, checking kernels' operands, the ops table), and the
+ * kernels themselves (sim_kernels.c).
  *
  * `sw__sim_` names are internal: not exported from the shared library.
  */
@@ -99,5 +100,22 @@ typedef struct sim__range {
  * bytes). */
 int sw__sim_arena_check(sim__arena *ar, const sim__range *r, int count,
                         char *there, size_t len);
+
+/* ------------------------------------------------------------------------
+ * Kernels (sim_kernels.c)
+ * ---------------------------------------------------------------------- */
+
+struct sw_kernel_args;
+
+/* Run a built-in kernel on host memory: every dtype, every kernel, as the
+ * file comment of sim_kernels.c states.  pre: the core validated args
+ * (kernel, dtype, n > 0, alignment) and the caller proved every operand
+ * range live. */
+void sw__sim_kernel_run(const struct sw_kernel_args *args);
+
+/* Repeat a psize-byte pattern (any size) over n bytes, n a multiple of
+ * psize. */
+void sw__sim_fill_bytes(unsigned char *dst, size_t n,
+                        const unsigned char *pat, size_t psize);
 
 #endif /* SW_SIM_INTERNAL_H */

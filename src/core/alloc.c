@@ -145,12 +145,22 @@ int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
                     continue;
                 }
             }
-            snprintf(why, sizeof why, "the budget of %s would be exceeded "
-                     "(in use + cached + request = %s) and only %s can be "
-                     "spilled", sw_format_bytes(dev->budget, b1, sizeof b1),
-                     sw_format_bytes(dev->in_use + dev->cached + size, b2,
-                                   sizeof b2),
-                     sw_format_bytes(dev->heap_bytes, b1, sizeof b1));
+            char b3[32];
+            if (dev->props.no_spill)
+                snprintf(why, sizeof why, "the budget of %s would be "
+                         "exceeded (in use + cached + request = %s), and "
+                         "this device does not spill (its memory is the "
+                         "host's)", sw_format_bytes(dev->budget, b1, sizeof b1),
+                         sw_format_bytes(dev->in_use + dev->cached + size, b2,
+                                         sizeof b2));
+            else
+                snprintf(why, sizeof why, "the budget of %s would be "
+                         "exceeded (in use + cached + request = %s) and only "
+                         "%s can be spilled",
+                         sw_format_bytes(dev->budget, b1, sizeof b1),
+                         sw_format_bytes(dev->in_use + dev->cached + size, b2,
+                                         sizeof b2),
+                         sw_format_bytes(dev->heap_bytes, b3, sizeof b3));
             return oom_report_locked(dev, request, size, tag, why);
         }
         int rc = sw__b_alloc(dev, size, mem);

@@ -18,6 +18,9 @@ static const sw__backend_ops *const backends[] = {
     &sw__opencl_backend,
 #endif
     &sw__cuda_backend,
+    &sw__hip_backend,
+    &sw__ze_backend,
+    &sw__host_backend,
 };
 #define NBACKENDS (sizeof backends / sizeof backends[0])
 #define MAX_DEVICES 64 /* per backend */
@@ -228,6 +231,7 @@ static void reset_state(sw_device *dev)
     dev->heap_len = 0;
     dev->queues = NULL;
     dev->live_queues = 0;
+    dev->dying_queues = 0;
     dev->qids = 0;
     dev->heap_bytes = 0;
     memset(dev->callbacks, 0, sizeof dev->callbacks);

@@ -28,7 +28,7 @@
 
 /* Slots kept free before any is reused. */
 #define QUARANTINE 64u
-#define FIRST_SHIFT 6 /* chunk 0 holds 64 slots */
+#define FIRST_SHIFT SW__POOL_FIRST_SHIFT /* chunk 0 holds 64 slots */
 
 /* Chunk k covers indexes [64 (2^k - 1), 64 (2^(k+1) - 1)). */
 static inline unsigned chunk_of(uint32_t index, uint32_t *offset)
@@ -142,18 +142,4 @@ uintptr_t sw__handle_of(const sw__pool *p, const void *obj)
     assert(g & 1u);
     return ((uintptr_t)(g & SW__H_GEN_MASK) << SW__H_GEN_SHIFT) |
            ((uintptr_t)p->type << SW__H_TYPE_SHIFT) | (uintptr_t)s->index;
-}
-
-void *sw__handle_lookup(const sw__pool *p, const void *handle)
-{
-    uintptr_t h = (uintptr_t)handle;
-    if (((h >> SW__H_TYPE_SHIFT) & SW__H_TYPE_MASK) != p->type)
-        return NULL;
-    uint32_t index = (uint32_t)(h & SW__H_INDEX_MASK);
-    if (index >= atomic_load_explicit(&p->nslots, memory_order_acquire))
-        return NULL;
-    sw__slot *s = slot_at(p, index);
-    if (!sw__handle_matches(s, handle))
-        return NULL;
-    return s;
 }

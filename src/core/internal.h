@@ -101,10 +101,6 @@ void sw__handle_kill(void *obj);
 void sw__pool_put(sw__pool *p, void *obj);
 /* The handle of a live object. */
 uintptr_t sw__handle_of(const sw__pool *p, const void *obj);
-/* The object a handle names while the handle is live, else NULL.  Reads
- * nothing outside the pool whatever the value. */
-void *sw__handle_lookup(const sw__pool *p, const void *handle);
-
 static inline bool sw__slot_live(const sw__slot *s)
 {
     return atomic_load_explicit(&s->gen, memory_order_acquire) & 1u;
@@ -118,6 +114,28 @@ static inline bool sw__handle_matches(const sw__slot *s, const void *handle)
            (g & SW__H_GEN_MASK) ==
                (uint32_t)(((uintptr_t)handle >> SW__H_GEN_SHIFT) &
                           SW__H_GEN_MASK);
+}
+
+/* Chunk k of a pool holds 64 << k slots (handle.c). */
+#define SW__POOL_FIRST_SHIFT 6
+
+/* The object a handle names while the handle is live, else NULL.  Reads
+ * nothing outside the pool whatever the value.  Inline: it is on every
+ * call's path, and every launch argument's. */
+static inline void *sw__handle_lookup(const sw__pool *p, const void *handle)
+{
+    uintptr_t h = (uintptr_t)handle;
+    if (((h >> SW__H_TYPE_SHIFT) & SW__H_TYPE_MASK) != p->type)
+        return NULL;
+    uint32_t index = (uint32_t)(h & SW__H_INDEX_MASK);
+    if (index >= atomic_load_explicit(&p->nslots, memory_order_acquire))
+        return NULL;
+    uint32_t i = index + (1u << SW__POOL_FIRST_SHIFT);
+    unsigned top = 31u - (unsigned)__builtin_clz(i);
+    char *c = atomic_load_explicit(&p->chunks[top - SW__POOL_FIRST_SHIFT],
+                                   memory_order_relaxed);
+    sw__slot *s = (sw__slot *)(c + (size_t)(i - (1u << top)) * p->size);
+    return sw__handle_matches(s, handle) ? s : NULL;
 }
 
 extern sw__pool sw__buf_pool, sw__lease_pool, sw__queue_pool,
@@ -326,6 +344,7 @@ struct sw_device {
     sw__callback callbacks[SW_MAX_PRESSURE_CALLBACKS];
     sw__queue *queues; /* live and dying queues */
     size_t live_queues;
+    size_t dying_queues; /* released, destroyed once idle */
     uint64_t qids; /* ids in use (bit k) */
     sw__buf *live; /* live base buffers */
     size_t live_count;
@@ -360,22 +379,32 @@ typedef struct sw__task {
     sw__event *done; /* completed when fn returns */
 } sw__task;
 
+/* A buffer a queue used (sw__order_use_locked), by its base's id. */
+typedef struct sw__quse {
+    sw__buf *b;
+    uint64_t id;
+} sw__quse;
+
 struct sw__queue {
     sw__slot h; /* h.dev: its device */
     sw_device *dev; /* = h.dev, read under the lock */
     sw__bqueue *bq;
+    /* The buffers whose qmask bit it set: cleared when it dies. */
+    sw__quse *used;
+    size_t nused, capused;
+    bool used_all; /* no memory for the list: clear every buffer's */
     uint32_t refs; /* under the device lock */
     int id;
     bool dying; /* last reference gone; destroyed once idle */
     sw__queue *prev, *next; /* dev->queues */
-    /* Host tasks run in order on the queue's own runner thread, started
-     * at the first task.  `tlock` is a leaf lock. */
+    /* Host tasks run in order, on the runner pool (hosttask.c).  `tlock`
+     * is a leaf lock. */
     pthread_mutex_t tlock;
     pthread_cond_t tcv;
     sw__task *thead, *ttail;
     size_t tpending; /* queued or running */
-    bool runner_started, stop;
-    pthread_t runner;
+    bool scheduled;  /* on the ready list or being run by a runner */
+    sw__queue *rnext; /* the pool's ready list */
 };
 
 struct sw__event {
@@ -390,6 +419,17 @@ struct sw__event {
     bool done;
     int rc;
 };
+
+/* Events (queue.c), for host tasks and order records. */
+sw__event *sw__event_new(const sw__backend_ops *ops, sw__bevent *bev);
+sw_event *sw__event_handle(const sw__event *e);
+void sw__event_unref(sw__event *e);
+int sw__event_check(const sw_event *h, sw__event **out);
+void sw__event_complete(sw__event *e, int rc);
+int sw__event_query(sw__event *ev, int *done);
+int sw__event_wait(sw__event *ev);
+/* Whether this thread is running one of q's host tasks (hosttask.c). */
+bool sw__in_own_task(const sw__queue *q);
 
 /* Make base usable by work on q (NULL: the default queue): orders q
  * after the default queue's earlier work on it, or the default queue

@@ -51,10 +51,26 @@ int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
     sw__assert_locked(dev);
     int rc = SW_OK;
     bool checked_fit = false;
+    bool restored = false;
+    uint64_t clock = dev->clock;
     size_t i;
     for (i = 0; i < n; i++) {
-        sw__buf *base = bufs[i]->base;
+        sw__buf *b = bufs[i], *base = b->base;
+        if (__builtin_expect(base->state == SW_RESIDENT && !base->moving &&
+                                 q == NULL && base->qmask == 0,
+                             1)) {
+            /* The warm path: resident, no queue to order. */
+            base->pins++;
+            base->last_use = ++clock;
+            if (ptrs != NULL) {
+                ptrs[i].base = base->mem;
+                ptrs[i].offset = base->mem ? b->offset : 0;
+            }
+            continue;
+        }
+        dev->clock = clock;
         if (base->state != SW_RESIDENT || base->moving) {
+            restored = true;
             if (!checked_fit) {
                 checked_fit = true;
                 if ((rc = check_fit_locked(dev, bufs, n)) != SW_OK)
@@ -69,22 +85,29 @@ int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
         } else {
             base->pins++;
         }
-        base->last_use = ++dev->clock;
-        /* Safe across queues (queue.c); a no-op in the common case. */
+        base->last_use = clock = ++dev->clock;
+        /* Safe across queues (queue.c). */
         if ((q != NULL || base->qmask != 0) &&
             (rc = sw__order_use_locked(dev, base, q)) != SW_OK) {
             i++; /* this one is pinned too */
             break;
         }
+        clock = dev->clock;
+        if (ptrs != NULL) {
+            ptrs[i].base = base->mem;
+            ptrs[i].offset = base->mem ? b->offset : 0;
+        }
     }
+    dev->clock = clock;
     if (rc != SW_OK) {
         while (i-- > 0)
             sw__unpin_locked(dev, bufs[i]->base);
         return rc;
     }
-    /* Pointers last: a restore of a later argument may not move an
-     * earlier (pinned) one, but reading them once is simplest. */
-    for (i = 0; ptrs != NULL && i < n; i++) {
+    /* Pointers: an argument restored after an earlier one was written
+     * cannot have moved it (pinned), but a restore may have been of a base
+     * shared with an earlier argument (a view): read them all again. */
+    for (i = 0; restored && ptrs != NULL && i < n; i++) {
         sw__buf *base = bufs[i]->base;
         ptrs[i].base = base->mem;
         ptrs[i].offset = base->mem ? bufs[i]->offset : 0;
@@ -118,15 +141,35 @@ static int args_decode_locked(sw_device *dev, sw_buffer *const *h, size_t n,
             return sw__errorf(SW_ERR_HOST_OOM, "no host memory for the %zu "
                               "arguments of a launch", n);
     }
+    /* The warm path, sw__handle_lookup unrolled for buffers: the pool's
+     * size read once, relaxed loads (we hold the lock that frees and
+     * moves buffers of dev; one of another device fails the device check
+     * whatever it reads).  The full check runs only to say what is
+     * wrong. */
+    uint32_t nslots = atomic_load_explicit(&sw__buf_pool.nslots,
+                                           memory_order_acquire);
     for (size_t i = 0; i < n; i++) {
-        sw__buf *b = sw__buf_of(h[i]);
-        /* The warm path: a live handle on this device.  The full check
-         * runs only to say what is wrong. */
-        if (b != NULL &&
-            atomic_load_explicit(&b->h.dev, memory_order_relaxed) == dev) {
-            a->v[i] = b;
-            continue;
+        uintptr_t v = (uintptr_t)h[i];
+        uint32_t index = (uint32_t)(v & SW__H_INDEX_MASK);
+        if (((v >> SW__H_TYPE_SHIFT) & SW__H_TYPE_MASK) == SW__H_BUFFER &&
+            index < nslots) {
+            uint32_t k = index + (1u << SW__POOL_FIRST_SHIFT);
+            unsigned top = 31u - (unsigned)__builtin_clz(k);
+            sw__buf *c = (sw__buf *)atomic_load_explicit(
+                &sw__buf_pool.chunks[top - SW__POOL_FIRST_SHIFT],
+                memory_order_relaxed);
+            sw__buf *b = c + (k - (1u << top));
+            uint32_t g = atomic_load_explicit(&b->h.gen, memory_order_relaxed);
+            if ((g & 1u) &&
+                ((g ^ (uint32_t)(v >> SW__H_GEN_SHIFT)) & SW__H_GEN_MASK) ==
+                    0 &&
+                atomic_load_explicit(&b->h.dev, memory_order_relaxed) ==
+                    dev) {
+                a->v[i] = b;
+                continue;
+            }
         }
+        sw__buf *b;
         int rc = sw__buffer_check_locked(dev, h[i], "launch argument", &b);
         if (rc == SW_OK) /* freed and reused onto dev meanwhile */
             rc = sw__errorf(SW_ERR_INVALID_HANDLE, "launch argument %p was "
@@ -138,26 +181,57 @@ static int args_decode_locked(sw_device *dev, sw_buffer *const *h, size_t n,
     return SW_OK;
 }
 
+/* The arguments of this thread's last sw_launch_begin, decoded: the
+ * matching sw_launch_end (the same array, unchanged) then checks each
+ * handle's generation against its slot instead of decoding it again. */
+static _Thread_local struct {
+    const sw_device *dev;
+    sw_buffer *const *bufs;
+    size_t n;
+    sw_buffer *h[ARGS_ON_STACK];
+    sw__buf *b[ARGS_ON_STACK];
+} last_begin;
+
 SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
                            sw_devmem *ptrs)
 {
     if ((bufs == NULL || ptrs == NULL) && n > 0)
         return sw__errorf(SW_ERR_INVALID_ARG, "bufs or ptrs is NULL");
-    if (ptrs != NULL)
-        memset(ptrs, 0, n * sizeof *ptrs);
     int rc = sw__device_enter(dev);
-    if (rc != SW_OK)
+    if (rc != SW_OK) {
+        if (ptrs != NULL)
+            memset(ptrs, 0, n * sizeof *ptrs);
         return rc;
+    }
     launch_args a;
     rc = args_decode_locked(dev, bufs, n, &a);
     if (rc == SW_OK) {
         rc = sw__pin_all_locked(dev, NULL, a.v, n, ptrs);
+        if (rc == SW_OK && n <= ARGS_ON_STACK) {
+            last_begin.dev = dev;
+            last_begin.bufs = bufs;
+            last_begin.n = n;
+            memcpy(last_begin.h, bufs, n * sizeof *bufs);
+            memcpy(last_begin.b, a.v, n * sizeof *a.v);
+        }
         args_free(&a);
     }
     sw__unlock(dev);
     if (rc != SW_OK && ptrs != NULL)
         memset(ptrs, 0, n * sizeof *ptrs);
     return rc;
+}
+
+/* Unpin decoded arguments (the same bases and count that were pinned). */
+static void unpin_all_locked(sw_device *dev, sw__buf *const *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        sw__buf *base = v[i]->base;
+        /* Release only matters when the last pin of a base whose handle
+         * is gone goes. */
+        if (--base->pins == 0 && !sw__slot_live(&base->h))
+            sw__maybe_release_locked(dev, base);
+    }
 }
 
 SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
@@ -167,6 +241,25 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
     int rc = sw__device_enter(dev);
     if (rc != SW_OK)
         return rc;
+    /* The arguments of this thread's last begin, unchanged: only their
+     * generations need checking (their slots are pinned, so not reused,
+     * and pinned by that begin). */
+    bool cached = last_begin.dev == dev && last_begin.bufs == bufs &&
+                  last_begin.n == n;
+    last_begin.dev = NULL;
+    for (size_t i = 0; cached && i < n; i++) {
+        uintptr_t v = (uintptr_t)bufs[i];
+        uint32_t g = atomic_load_explicit(&last_begin.b[i]->h.gen,
+                                          memory_order_relaxed);
+        cached = bufs[i] == last_begin.h[i] && (g & 1u) &&
+                 ((g ^ (uint32_t)(v >> SW__H_GEN_SHIFT)) & SW__H_GEN_MASK) ==
+                     0;
+    }
+    if (cached) {
+        unpin_all_locked(dev, last_begin.b, n);
+        sw__unlock(dev);
+        return SW_OK;
+    }
     /* Check everything first, so that a bad array unpins nothing. */
     launch_args a;
     rc = args_decode_locked(dev, bufs, n, &a);
@@ -182,12 +275,7 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
         sw__unlock(dev);
         return rc;
     }
-    for (size_t i = 0; i < n; i++) {
-        sw__buf *base = a.v[i]->base;
-        /* Release only matters when the last pin of a freed buffer goes. */
-        if (--base->pins == 0)
-            sw__maybe_release_locked(dev, base);
-    }
+    unpin_all_locked(dev, a.v, n);
     args_free(&a);
     sw__unlock(dev);
     return SW_OK;
@@ -210,13 +298,7 @@ static int check_kernel_dtype(sw_kernel k, sw_dtype d)
 }
 
 /* Everything about a launch that does not depend on the device: the
- * kernel, the dtype, the element count, and the alignment of typed
- * operands (a GPU faults on a misaligned typed access, on CUDA for the
- * life of the context, so no backend is ever asked).  FILL and COPY work
- * on bytes and SUM stores its 8-byte result byte-wise, so those operands
- * may sit anywhere.  base + offset is an address on every backend but
- * OpenCL, whose cl_mem handles are host pointers aligned to at least 8
- * bytes, so the sum stands for the offset's alignment there. */
+ * kernel, the dtype, the element count. */
 static int check_kernel(const sw_kernel_args *a)
 {
     if (a == NULL)
@@ -236,6 +318,18 @@ static int check_kernel(const sw_kernel_args *a)
         return sw__errorf(SW_ERR_INVALID_ARG, "kernel %s %s with n=%zu "
                           "elements: the byte count overflows", kname, dname,
                           a->n);
+    return SW_OK;
+}
+
+/* The alignment of typed operands: a GPU faults on a misaligned typed
+ * access (on CUDA for the life of the context), so no backend is ever
+ * asked.  FILL and COPY work on bytes and SUM stores its result
+ * byte-wise, so those operands may sit anywhere.  base + offset is an
+ * address on every backend but those whose bases are handles (OpenCL's
+ * cl_mem), where the offset alone decides. */
+static int check_alignment(const sw_device *dev, const sw_kernel_args *a)
+{
+    size_t es = sw_dtype_size(a->dtype);
     const sw_devmem *typed[3] = {NULL, NULL, NULL};
     static const char *const names[3] = {"out", "a", "b"};
     switch (a->kernel) {
@@ -253,11 +347,18 @@ static int check_kernel(const sw_kernel_args *a)
         break;
     }
     for (int i = 0; i < 3 && a->n > 0; i++) {
-        if (typed[i] != NULL && (typed[i]->base + typed[i]->offset) % es != 0)
+        if (typed[i] == NULL)
+            continue;
+        uintptr_t at = dev->props.opaque_base
+                           ? typed[i]->offset
+                           : typed[i]->base + typed[i]->offset;
+        if (at % es != 0)
             return sw__errorf(SW_ERR_INVALID_ARG,
                               "kernel %s %s: operand %s (offset %zu) is not "
                               "aligned to its %zu-byte elements",
-                              kname, dname, names[i], typed[i]->offset, es);
+                              sw_kernel_name(a->kernel),
+                              sw_dtype_name(a->dtype), names[i],
+                              typed[i]->offset, es);
     }
     return SW_OK;
 }
@@ -273,6 +374,9 @@ static int launch_kernel(sw_device *dev, sw__queue *q,
 {
     if (!sw__dtype_ok(dev, args->dtype))
         return sw__dtype_unsupported(dev, args->dtype);
+    int rc = check_alignment(dev, args);
+    if (rc != SW_OK)
+        return rc;
     sw__bqueue *bq = q ? q->bq : dev->q;
     if (args->n > 0)
         return sw__b_launch(dev, bq, args);
@@ -347,7 +451,8 @@ static int check_operands_locked(sw_device *dev, sw_kernel k,
                               "fewer than %zu elements of %zu bytes",
                               names[i], bufs[i]->size, n, es);
         if ((typed >> i & 1u) && n > 0 &&
-            (bufs[i]->base->mem + bufs[i]->offset) % es != 0)
+            ((dev->props.opaque_base ? 0 : bufs[i]->base->mem) +
+             bufs[i]->offset) % es != 0)
             return sw__errorf(SW_ERR_INVALID_ARG, "%s (offset %zu) is not "
                               "aligned to its %zu-byte %s elements",
                               names[i], bufs[i]->offset, es,

@@ -1,6 +1,6 @@
 /*
- * queue.c -- queues, events, host tasks, order records, and the ordering
- * that keeps memory safe across queues.
+ * queue.c -- queues, events, and the ordering that keeps memory safe
+ * across queues (host tasks: hosttask.c; order records: order.c).
  *
  * Memory safety across queues.  Work on one queue is ordered; work on two
  * queues is not, yet both may touch one buffer, and freed memory is reused.
@@ -40,7 +40,7 @@ sw__pool sw__event_pool =
     SW__POOL_INIT(SW__H_EVENT, sw__event, offsetof(sw__event, refs),
                   event_slot_init);
 
-static sw__event *event_new(const sw__backend_ops *ops, sw__bevent *bev)
+sw__event *sw__event_new(const sw__backend_ops *ops, sw__bevent *bev)
 {
     sw__event *e = sw__pool_get(&sw__event_pool);
     if (e == NULL)
@@ -53,12 +53,12 @@ static sw__event *event_new(const sw__backend_ops *ops, sw__bevent *bev)
     return e;
 }
 
-static sw_event *event_handle(const sw__event *e)
+sw_event *sw__event_handle(const sw__event *e)
 {
     return (sw_event *)sw__handle_of(&sw__event_pool, e);
 }
 
-static void event_unref(sw__event *e)
+void sw__event_unref(sw__event *e)
 {
     if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1)
         return;
@@ -73,7 +73,7 @@ static void event_unref(sw__event *e)
  * another thread can race with this: as with any handle, using one while
  * another thread releases it is the caller's error; the generation check
  * still catches every release that happened before. */
-static int event_check(const sw_event *h, sw__event **out)
+int sw__event_check(const sw_event *h, sw__event **out)
 {
     *out = NULL;
     if (h == NULL)
@@ -86,7 +86,7 @@ static int event_check(const sw_event *h, sw__event **out)
     return SW_OK;
 }
 
-static void event_complete(sw__event *e, int rc)
+void sw__event_complete(sw__event *e, int rc)
 {
     pthread_mutex_lock(&e->mu);
     e->done = true;
@@ -95,7 +95,7 @@ static void event_complete(sw__event *e, int rc)
     pthread_mutex_unlock(&e->mu);
 }
 
-static int event_query(sw__event *ev, int *done)
+int sw__event_query(sw__event *ev, int *done)
 {
     if (ev->bev != NULL) {
         int rc = sw__b_event_query(ev->ops, ev->bev, done);
@@ -110,7 +110,7 @@ static int event_query(sw__event *ev, int *done)
     return rc;
 }
 
-static int event_wait(sw__event *ev)
+int sw__event_wait(sw__event *ev)
 {
     if (ev->bev != NULL)
         return sw__b_event_wait(ev->ops, ev->bev);
@@ -128,21 +128,21 @@ SW_API int sw_event_query(sw_event *h, int *done)
         return sw__errorf(SW_ERR_INVALID_ARG, "done is NULL");
     *done = 0;
     sw__event *ev;
-    int rc = event_check(h, &ev);
-    return rc != SW_OK ? rc : event_query(ev, done);
+    int rc = sw__event_check(h, &ev);
+    return rc != SW_OK ? rc : sw__event_query(ev, done);
 }
 
 SW_API int sw_event_wait(sw_event *h)
 {
     sw__event *ev;
-    int rc = event_check(h, &ev);
-    return rc != SW_OK ? rc : event_wait(ev);
+    int rc = sw__event_check(h, &ev);
+    return rc != SW_OK ? rc : sw__event_wait(ev);
 }
 
 SW_API int sw_event_retain(sw_event *h)
 {
     sw__event *ev;
-    int rc = event_check(h, &ev);
+    int rc = sw__event_check(h, &ev);
     if (rc == SW_OK)
         atomic_fetch_add_explicit(&ev->refs, 1, memory_order_relaxed);
     return rc;
@@ -153,9 +153,9 @@ SW_API int sw_event_release(sw_event *h)
     if (h == NULL)
         return SW_OK;
     sw__event *ev;
-    int rc = event_check(h, &ev);
+    int rc = sw__event_check(h, &ev);
     if (rc == SW_OK)
-        event_unref(ev);
+        sw__event_unref(ev);
     return rc;
 }
 
@@ -234,6 +234,33 @@ static int take_qid_locked(sw_device *dev)
     return SW__QID_SHARED;
 }
 
+/* A loop that creates queues faster than their work runs would keep every
+ * dead one alive, with its driver resources (about half a MiB each on PoCL:
+ * a loaded machine grew by 130 MiB over 10,000 queues).  Past
+ * SW__DYING_MAX dead queues the creator waits for some to finish, as a
+ * producer waits on a full queue.  The wait polls and is bounded (a second
+ * in all), never a blocking wait on one queue: a dead queue's host task
+ * may be waiting for something the creating thread holds. */
+#define SW__DYING_MAX 32
+
+static void wait_for_dying_locked(sw_device *dev)
+{
+    long ns = 20 * 1000;
+    for (long waited = 0; dev->dying_queues > SW__DYING_MAX &&
+                          waited < 1000L * 1000 * 1000;
+         waited += ns) {
+        dev->waiting++;
+        sw__unlock(dev);
+        struct timespec ts = {0, ns};
+        nanosleep(&ts, NULL);
+        sw__lock(dev);
+        dev->waiting--;
+        sw__reap_queues_locked(dev, false);
+        if (ns < 2 * 1000 * 1000)
+            ns *= 2;
+    }
+}
+
 SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
 {
     if (out == NULL)
@@ -250,6 +277,7 @@ SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
     /* Dead queues are destroyed here, so a loop that creates queues keeps
      * only those with work still running. */
     sw__reap_queues_locked(dev, false);
+    wait_for_dying_locked(dev);
     rc = sw__b_queue_create(dev, &q->bq);
     if (rc == SW_ERR_OOM) {
         /* A queue's own device memory (the sim's reservation, a driver's
@@ -330,6 +358,7 @@ SW_API int sw_queue_release(sw_queue *h)
         sw__handle_kill(q);
         q->dying = true;
         dev->live_queues--;
+        dev->dying_queues++;
     }
     sw__unlock(dev);
     return SW_OK;
@@ -356,7 +385,7 @@ static int record_event_locked(sw__queue *q, sw__event **out)
     int rc = sw__b_event_record_q(dev, q->bq, &bev);
     if (rc != SW_OK)
         return rc;
-    *out = event_new(dev->ops, bev);
+    *out = sw__event_new(dev->ops, bev);
     if (*out == NULL) {
         sw__b_event_release(dev->ops, bev);
         return sw__errorf(SW_ERR_HOST_OOM, "no host memory for an event");
@@ -376,7 +405,7 @@ SW_API int sw_queue_record_event(sw_queue *h, sw_event **out)
     sw__event *ev = NULL;
     rc = record_event_locked(q, &ev);
     if (rc == SW_OK)
-        *out = event_handle(ev);
+        *out = sw__event_handle(ev);
     sw__unlock(q->dev);
     return rc;
 }
@@ -392,109 +421,8 @@ SW_API int sw_queue_synchronize(sw_queue *h)
     sw__unlock(q->dev);
     if (rc != SW_OK)
         return rc;
-    rc = event_wait(ev);
-    event_unref(ev);
-    return rc;
-}
-
-/* ------------------------------------------------------------------------
- * Host tasks
- * ---------------------------------------------------------------------- */
-
-static void *runner_main(void *arg)
-{
-    sw__queue *q = arg;
-    const sw__backend_ops *ops = q->dev->ops;
-    pthread_mutex_lock(&q->tlock);
-    for (;;) {
-        while (q->thead == NULL && !q->stop)
-            pthread_cond_wait(&q->tcv, &q->tlock);
-        sw__task *t = q->thead;
-        if (t == NULL)
-            break; /* stopping, nothing left */
-        q->thead = t->next;
-        if (q->thead == NULL)
-            q->ttail = NULL;
-        pthread_mutex_unlock(&q->tlock);
-
-        /* No lock is held while waiting or running the task: fn may call
-         * anything, including releasing this queue. */
-        int rc = sw__b_event_wait(ops, t->after);
-        sw__b_event_release(ops, t->after);
-        t->fn(t->arg);
-        event_complete(t->done, rc);
-        event_unref(t->done);
-        sw__free(t);
-
-        pthread_mutex_lock(&q->tlock);
-        q->tpending--;
-        pthread_cond_broadcast(&q->tcv);
-    }
-    pthread_mutex_unlock(&q->tlock);
-    return NULL;
-}
-
-SW_API int sw_queue_host_task(sw_queue *h, void (*fn)(void *arg), void *arg,
-                              sw_event **out)
-{
-    if (out != NULL)
-        *out = NULL;
-    if (fn == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG, "fn is NULL");
-    sw__queue *q;
-    int rc = sw__queue_enter(h, &q);
-    if (rc != SW_OK)
-        return rc;
-    sw_device *dev = q->dev;
-    sw__task *t = sw__calloc(1, sizeof *t);
-    if (t == NULL) {
-        sw__unlock(dev);
-        return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a task");
-    }
-    t->fn = fn;
-    t->arg = arg;
-    t->done = event_new(dev->ops, NULL);
-    if (t->done == NULL) {
-        rc = sw__errorf(SW_ERR_HOST_OOM, "no host memory for an event");
-        goto fail;
-    }
-    if (out != NULL)
-        atomic_fetch_add_explicit(&t->done->refs, 1, memory_order_relaxed);
-    rc = sw__b_event_record_q(dev, q->bq, &t->after);
-    if (rc != SW_OK)
-        goto fail;
-    sw__event *done = t->done; /* t is the runner's once queued */
-    pthread_mutex_lock(&q->tlock);
-    if (!q->runner_started) {
-        if (sw__thread_create(&q->runner, runner_main, q) != 0) {
-            pthread_mutex_unlock(&q->tlock);
-            sw__b_event_release(dev->ops, t->after);
-            rc = sw__errorf(SW_ERR_HOST_OOM, "cannot start a host-task "
-                            "thread");
-            goto fail;
-        }
-        q->runner_started = true;
-    }
-    if (q->ttail)
-        q->ttail->next = t;
-    else
-        q->thead = t;
-    q->ttail = t;
-    q->tpending++;
-    pthread_cond_signal(&q->tcv);
-    pthread_mutex_unlock(&q->tlock);
-    if (out != NULL)
-        *out = event_handle(done);
-    sw__unlock(dev);
-    return SW_OK;
-fail:
-    if (t->done != NULL) {
-        if (out != NULL)
-            event_unref(t->done);
-        event_unref(t->done);
-    }
-    sw__unlock(dev);
-    sw__free(t);
+    rc = sw__event_wait(ev);
+    sw__event_unref(ev);
     return rc;
 }
 
@@ -505,10 +433,9 @@ fail:
 static bool queue_idle(sw__queue *q)
 {
     pthread_mutex_lock(&q->tlock);
-    bool idle = q->tpending == 0;
-    bool self = q->runner_started && pthread_equal(q->runner, pthread_self());
+    bool idle = q->tpending == 0 && !q->scheduled;
     pthread_mutex_unlock(&q->tlock);
-    if (!idle || self)
+    if (!idle || sw__in_own_task(q))
         return false;
     sw__bevent *ev = NULL;
     int done = 0;
@@ -519,18 +446,35 @@ static bool queue_idle(sw__queue *q)
     return done != 0;
 }
 
-/* Clears a dead queue's bit from every buffer, so that a new queue given
- * the same id is not taken for one that already waited. */
-static void forget_qid_locked(sw_device *dev, int id)
+/* Clears a dead queue's bit from the buffers it used, so that a new queue
+ * given the same id is not taken for one that already waited.  The queue
+ * kept a list of them (sw__order_use_locked), so this costs what the queue
+ * did, not what the device holds: with a million live buffers a queue's
+ * death used to walk them all under the lock.  Without that list (no host
+ * memory to grow it), or for the id shared by queues past the 62nd, every
+ * live buffer is visited, as before. */
+static void forget_qid_locked(sw_device *dev, sw__queue *dead)
 {
-    if (id == SW__QID_SHARED) {
-        for (sw__queue *q = dev->queues; q; q = q->next)
-            if (q->id == SW__QID_SHARED)
-                return; /* still stands for a live queue */
-    }
+    int id = dead->id;
     uint64_t bit = UINT64_C(1) << id;
-    for (sw__buf *b = dev->live; b; b = b->live_next)
-        b->qmask &= ~bit;
+    if (id == SW__QID_SHARED || dead->used_all) {
+        if (id == SW__QID_SHARED)
+            for (sw__queue *q = dev->queues; q; q = q->next)
+                if (q->id == SW__QID_SHARED)
+                    return; /* still stands for a live queue */
+        for (sw__buf *b = dev->live; b; b = b->live_next)
+            b->qmask &= ~bit;
+        for (sw__buf *b = dev->parked; b; b = b->live_next)
+            b->qmask &= ~bit;
+    } else {
+        for (size_t i = 0; i < dead->nused; i++) {
+            sw__buf *b = dead->used[i].b;
+            /* Type-stable slots: a freed one is harmless to write, and a
+             * reused one has another id. */
+            if (b->id == dead->used[i].id)
+                b->qmask &= ~bit;
+        }
+    }
     dev->qids &= ~bit;
 }
 
@@ -542,18 +486,14 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
         next = q->next;
         if (!q->dying)
             continue;
-        pthread_mutex_lock(&q->tlock);
-        bool self = q->runner_started &&
-                    pthread_equal(q->runner, pthread_self());
-        pthread_mutex_unlock(&q->tlock);
-        if (wait && !self && !queue_idle(q)) {
+        if (wait && !sw__in_own_task(q) && !queue_idle(q)) {
             /* Only for close: no one else can use the device now.  (Not
              * from the queue's own host task: it would wait for itself.) */
             dev->waiting++;
             sw__unlock(dev);
             (void)sw__b_synchronize(dev->ops, q->bq);
             pthread_mutex_lock(&q->tlock);
-            while (q->tpending > 0)
+            while (q->tpending > 0 || q->scheduled)
                 pthread_cond_wait(&q->tcv, &q->tlock);
             pthread_mutex_unlock(&q->tlock);
             sw__lock(dev);
@@ -569,33 +509,19 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
             q->next->prev = q->prev;
         q->next = dead;
         dead = q;
+        dev->dying_queues--;
     }
-    for (sw__queue *q = dead; q; q = q->next)
-        forget_qid_locked(dev, q->id);
-    if (dead == NULL)
-        return;
-    /* Joining the runners can wait (a host task may still be returning):
-     * not under the lock.  Their backend queues are idle (queue_idle), and
-     * are destroyed under it afterwards, since destroying one changes the
-     * backend's device state that other threads read under the lock. */
-    dev->waiting++;
-    sw__unlock(dev);
-    for (sw__queue *q = dead; q; q = q->next) {
-        pthread_mutex_lock(&q->tlock);
-        q->stop = true;
-        pthread_cond_broadcast(&q->tcv);
-        pthread_mutex_unlock(&q->tlock);
-        if (q->runner_started)
-            pthread_join(q->runner, NULL);
-    }
-    sw__lock(dev);
-    dev->waiting--;
+    /* Their tasks have run and no runner holds them (queue_idle), and
+     * their backend queues are idle: destroyed under the lock, since that
+     * changes the backend's device state other threads read under it. */
     for (sw__queue *q = dead, *next; q; q = next) {
         next = q->next;
+        forget_qid_locked(dev, q);
         SW__TRACE(dev, SW_TRACE_QUEUE_DESTROY, NULL, 0, (uint32_t)q->id, 0);
         sw__b_queue_destroy(dev, q->bq);
         pthread_mutex_destroy(&q->tlock);
         pthread_cond_destroy(&q->tcv);
+        sw__free(q->used);
         sw__pool_put(&sw__queue_pool, q);
     }
 }
@@ -624,121 +550,22 @@ int sw__order_use_locked(sw_device *dev, sw__buf *base, sw__queue *q)
     if (base->qmask & bit)
         return SW_OK;
     int rc = sw__b_queue_wait(dev, q->bq, dev->q);
-    if (rc == SW_OK)
-        base->qmask |= bit;
-    return rc;
-}
-
-/* ------------------------------------------------------------------------
- * Order records
- * ---------------------------------------------------------------------- */
-
-struct sw_order {
-    sw__event **ev[2]; /* submitted, host tasks */
-    size_t n[2], cap[2];
-};
-
-SW_API int sw_order_create(sw_order **out)
-{
-    if (out == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
-    *out = sw__calloc(1, sizeof **out);
-    return *out ? SW_OK
-                : sw__errorf(SW_ERR_HOST_OOM, "no host memory for an order "
-                             "record");
-}
-
-SW_API void sw_order_destroy(sw_order *o)
-{
-    if (o == NULL)
-        return;
-    for (int k = 0; k < 2; k++) {
-        for (size_t i = 0; i < o->n[k]; i++)
-            event_unref(o->ev[k][i]);
-        sw__free(o->ev[k]);
-    }
-    sw__free(o);
-}
-
-/* Drops completed events (a query never blocks). */
-static void prune(sw_order *o)
-{
-    for (int k = 0; k < 2; k++) {
-        size_t w = 0;
-        for (size_t i = 0; i < o->n[k]; i++) {
-            int done = 0;
-            (void)event_query(o->ev[k][i], &done);
-            if (done)
-                event_unref(o->ev[k][i]);
-            else
-                o->ev[k][w++] = o->ev[k][i];
-        }
-        o->n[k] = w;
-    }
-}
-
-SW_API int sw_order_add(sw_order *o, sw_event *h, int host_task)
-{
-    if (o == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG, "order record is NULL");
-    sw__event *ev;
-    int rc = event_check(h, &ev);
     if (rc != SW_OK)
         return rc;
-    int k = host_task ? 1 : 0;
-    prune(o);
-    if (o->n[k] == o->cap[k]) {
-        size_t cap = o->cap[k] ? 2 * o->cap[k] : 8;
-        sw__event **v = sw__realloc(o->ev[k], cap * sizeof *v);
-        if (v == NULL)
-            return sw__errorf(SW_ERR_HOST_OOM, "no host memory for an "
-                              "order record");
-        o->ev[k] = v;
-        o->cap[k] = cap;
-    }
-    atomic_fetch_add_explicit(&ev->refs, 1, memory_order_relaxed);
-    o->ev[k][o->n[k]++] = ev;
-    return SW_OK;
-}
-
-SW_API int sw_order_counts(sw_order *o, size_t *submitted, size_t *host_tasks)
-{
-    if (o == NULL || submitted == NULL || host_tasks == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG, "NULL argument");
-    prune(o);
-    *submitted = o->n[0];
-    *host_tasks = o->n[1];
-    return SW_OK;
-}
-
-SW_API sw_event *sw_order_event(sw_order *o, int host_task, size_t i)
-{
-    int k = host_task ? 1 : 0;
-    return o != NULL && i < o->n[k] ? event_handle(o->ev[k][i]) : NULL;
-}
-
-SW_API int sw_order_idle(sw_order *o, int *idle)
-{
-    if (o == NULL || idle == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG, "NULL argument");
-    prune(o);
-    *idle = o->n[0] == 0 && o->n[1] == 0;
-    return SW_OK;
-}
-
-SW_API int sw_order_wait(sw_order *o)
-{
-    if (o == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG, "order record is NULL");
-    int first = SW_OK;
-    for (int k = 0; k < 2; k++) {
-        for (size_t i = 0; i < o->n[k]; i++) {
-            int rc = event_wait(o->ev[k][i]);
-            if (first == SW_OK)
-                first = rc;
-            event_unref(o->ev[k][i]);
+    base->qmask |= bit;
+    /* Remember it, for forget_qid_locked when q dies. */
+    if (!q->used_all && q->nused == q->capused) {
+        size_t cap = q->capused ? 2 * q->capused : 16;
+        sw__quse *v = sw__realloc(q->used, cap * sizeof *v);
+        if (v == NULL) {
+            q->used_all = true; /* its death visits every buffer instead */
+        } else {
+            q->used = v;
+            q->capused = cap;
         }
-        o->n[k] = 0;
     }
-    return first;
+    if (!q->used_all)
+        q->used[q->nused++] = (sw__quse){base, base->id};
+    return SW_OK;
 }
+

@@ -76,6 +76,8 @@ static void sift_down(sw_device *dev, size_t i)
 void sw__lru_insert_locked(sw_device *dev, sw__buf *b)
 {
     sw__assert_locked(dev);
+    if (dev->props.no_spill)
+        return; /* nothing to spill to: never a victim */
     assert(b->heap_idx == SW__NOT_IN_HEAP);
     assert(b->state == SW_RESIDENT && !b->external && b->mem != 0);
     if (dev->heap_len == dev->heap_cap) {

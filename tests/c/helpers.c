@@ -40,6 +40,18 @@ void test_require_sim(void)
              test_device_spec());
 }
 
+int test_can_spill(void)
+{
+    return strncmp(test_device_spec(), "host:", 5) != 0;
+}
+
+void test_require_spill(void)
+{
+    if (!test_can_spill())
+        SKIP("needs a device that spills (%s never does: its memory is the "
+             "host's own)", test_device_spec());
+}
+
 sw_device *test_open(const char *spec)
 {
     sw_device *dev = NULL;

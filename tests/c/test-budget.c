@@ -275,6 +275,7 @@ TEST(budget_zero_is_none)
  * down to the budget (the cache first), and loses nothing. */
 TEST(budget_below_held_spills_at_once)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     sw_buffer *old = test_alloc(dev, KiB(256), "oldest");
     sw_buffer *mid = test_alloc(dev, KiB(64), "middle");

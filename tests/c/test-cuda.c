@@ -115,34 +115,57 @@ TEST(cuda_kernel_source)
     ASSERT_UGT(strlen(src), 1000);
     size_t n = 0;
     const char *const *names = sw__cuda_kernel_names(&n);
-    /* 6 kernels x 4 dtypes, two final passes of SUM, the byte fill. */
-    ASSERT_UEQ(n, 6 * 4 + 3);
-    static const char *const kernels[] = {"fill", "copy", "add", "scale",
-                                          "axpy", "sum"};
-    static const char *const dtypes[] = {"f32", "f64", "i32", "i64"};
-    for (size_t k = 0; k < 6; k++) {
-        for (size_t t = 0; t < 4; t++) {
+    /* FILL by 5 element sizes, COPY by 4, ADD/SCALE/AXPY on 10
+     * arithmetic types, SUM on 14 element types, 3 final passes, the
+     * byte fill. */
+    ASSERT_UEQ(n, 5 + 4 + 3 * 10 + 14 + 3 + 1);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(names[i], names[j]) == 0)
+                FAIL("kernel name %s twice in the table", names[i]);
+    /* Every kernel x dtype launches a kernel of that operation (bool:
+     * FILL, COPY and SUM only). */
+    for (int k = 0; k <= SW_KERNEL_SUM; k++) {
+        for (int d = 0; d < SW_DTYPE_COUNT; d++) {
+            int idx = sw__cuda_kernel_for(k, d);
+            int none = d == SW_BOOL && k != SW_KERNEL_FILL &&
+                       k != SW_KERNEL_COPY && k != SW_KERNEL_SUM;
+            if (none) {
+                ASSERT_EQ(idx, -1);
+                continue;
+            }
+            ASSERT_TRUE(idx >= 0 && (size_t)idx < n);
             char want[32];
-            snprintf(want, sizeof want, "sw_%s_%s", kernels[k], dtypes[t]);
-            /* The table is in sw_kernel x sw_dtype order. */
-            ASSERT_STR_EQ(names[k * 4 + t], want);
+            snprintf(want, sizeof want, "sw_%s_", sw_kernel_name(k));
+            if (strncmp(names[idx], want, strlen(want)) != 0)
+                FAIL("%s %s launches %s", sw_kernel_name(k),
+                     sw_dtype_name(d), names[idx]);
         }
     }
-    /* Entry names come from macros in the source: their stems are there. */
+    ASSERT_EQ(sw__cuda_kernel_for(SW_KERNEL_ADD, SW_DTYPE_COUNT), -1);
+    /* Signed and unsigned integers of a width share their arithmetic;
+     * not their sums (sign- against zero-extension). */
+    ASSERT_EQ(sw__cuda_kernel_for(SW_KERNEL_AXPY, SW_INT8),
+              sw__cuda_kernel_for(SW_KERNEL_AXPY, SW_UINT8));
+    ASSERT_NE(sw__cuda_kernel_for(SW_KERNEL_SUM, SW_INT16),
+              sw__cuda_kernel_for(SW_KERNEL_SUM, SW_UINT16));
+    /* Entry names come from macros in the source, or are spelled out:
+     * the stem (sw_add_##S) or the name itself is there. */
     for (size_t i = 0; i < n; i++) {
         const char *stem = names[i] + 3; /* past "sw_" */
-        char want[48];
-        if (i < 24) {
-            snprintf(want, sizeof want, "sw_%.*s_##S", (int)(strchr(stem, '_')
-                                                             - stem), stem);
-        } else {
-            snprintf(want, sizeof want, "%s(", names[i]);
-        }
-        ASSERT_STR_CONTAINS(src, want);
+        char want[48], macro[48];
+        snprintf(want, sizeof want, "%s(", names[i]);
+        snprintf(macro, sizeof macro, "sw_%.*s_##S",
+                 (int)(strchr(stem, '_') - stem), stem);
+        if (strstr(src, want) == NULL && strstr(src, macro) == NULL)
+            FAIL("neither %s nor %s in the kernel source", want, macro);
     }
     /* Integer kernels wrap: they are instantiated on unsigned types. */
-    ASSERT_STR_CONTAINS(src, "SW_ELEMENTWISE(i32, sw_u32)");
-    ASSERT_STR_CONTAINS(src, "SW_ELEMENTWISE(i64, sw_u64)");
+    ASSERT_STR_CONTAINS(src, "SW_ARITH(u32, sw_u32, sw_u32,");
+    ASSERT_STR_CONTAINS(src, "SW_ARITH(u8, sw_u8, sw_u32,");
+    /* The helpers the stand-in driver compiles as C are there. */
+    ASSERT_STR_CONTAINS(src, "SW_HELPERS_ONLY");
+    ASSERT_STR_CONTAINS(src, "SW_DEV sw_u16 sw_f32_to_f16(float f)");
 }
 
 /* The .param list of entry name in ptx, as sizes in bytes; returns the
@@ -219,15 +242,16 @@ TEST(cuda_nvrtc_ptx)
         for (size_t k = 0; k < nk; k++) {
             size_t nhost = 0;
             const unsigned char *host = sw__cuda_kernel_params(k, &nhost);
-            unsigned char dev[8];
+            unsigned char dev[8] = {0};
             int ndev = ptx_params(ptx, names[k], dev, 8);
             ASSERT_NOT_NULL(host);
             if (ndev != (int)nhost || memcmp(dev, host, nhost) != 0)
-                FAIL("%s: %s takes %d parameters (%d, %d, %d, %d bytes) in "
-                     "the PTX; the backend passes %zu (%d, %d, %d, %d)",
+                FAIL("%s: %s takes %d parameters (%d, %d, %d, %d, %d "
+                     "bytes) in the PTX; the backend passes %zu (%d, %d, "
+                     "%d, %d, %d)",
                      what, names[k], ndev, dev[0], dev[1], dev[2], dev[3],
-                     nhost, host[0], host[1], nhost > 2 ? host[2] : 0,
-                     nhost > 3 ? host[3] : 0);
+                     dev[4], nhost, host[0], host[1], nhost > 2 ? host[2] : 0,
+                     nhost > 3 ? host[3] : 0, nhost > 4 ? host[4] : 0);
         }
         size_t past = 0;
         ASSERT_NULL(sw__cuda_kernel_params(nk, &past));

@@ -206,6 +206,7 @@ static void sequence(sw_device *dev, int fails[NSTEPS])
 
 TEST(hostoom_every_path)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     int fails[NSTEPS] = {0};
     persistent_faults = 0;
@@ -220,6 +221,7 @@ TEST(hostoom_every_path)
 
 TEST(hostoom_persistent)
 {
+    test_require_spill();
     /* Every host allocation from the Nth on fails: each step that needs
      * one fails cleanly, until N is past its last. */
     sw_device *dev = test_device();

@@ -1,8 +1,9 @@
 /*
  * test-ops.c -- the built-in kernels through sw_op_* and through raw
- * launches, for all four element types, checked against references computed
- * here (integer arithmetic wraps; float inputs are chosen so that every
- * result is exact, whatever the order or fusion of the device's arithmetic).
+ * launches, for the four element types of contract version 1, checked
+ * against references computed here (integer arithmetic wraps; float inputs
+ * are chosen so that every result is exact, whatever the order or fusion
+ * of the device's arithmetic).  Every other dtype: test-dtypes.c.
  */
 #include "test.h"
 #include "tests.h"
@@ -13,13 +14,8 @@ static const sw_dtype all_dtypes[] = {SW_FLOAT32, SW_FLOAT64, SW_INT32,
                                       SW_INT64};
 static const char *dtype_name(sw_dtype dt)
 {
-    switch (dt) {
-    case SW_FLOAT32: return "float32";
-    case SW_FLOAT64: return "float64";
-    case SW_INT32: return "int32";
-    case SW_INT64: return "int64";
-    }
-    return "?";
+    const char *name = sw_dtype_name(dt);
+    return name ? name : "?";
 }
 static int is_float(sw_dtype dt)
 {
@@ -36,6 +32,8 @@ static sw_scalar get_elem(sw_dtype dt, const void *arr, size_t i)
     case SW_FLOAT64: s.f = ((const double *)arr)[i]; break;
     case SW_INT32: s.i = ((const int32_t *)arr)[i]; break;
     case SW_INT64: s.i = ((const int64_t *)arr)[i]; break;
+    default: FAIL("test-ops.c covers the first four dtypes only"); /* and
+                  * test-dtypes.c all of them */
     }
     return s;
 }
@@ -47,6 +45,7 @@ static void set_elem(sw_dtype dt, void *arr, size_t i, sw_scalar s)
     case SW_FLOAT64: ((double *)arr)[i] = s.f; break;
     case SW_INT32: ((int32_t *)arr)[i] = (int32_t)(uint32_t)s.i; break;
     case SW_INT64: ((int64_t *)arr)[i] = s.i; break;
+    default: FAIL("test-ops.c covers the first four dtypes only");
     }
 }
 
@@ -1016,4 +1015,43 @@ TEST(ops_dtype_support_mask)
     }
     test_expect_pattern(a, 8);
     ASSERT_OK(sw_buffer_free(a));
+}
+
+/* sw_launch_end trusts nothing the matching begin saw: a second end, an
+ * array changed in between, or an end from another array of the same
+ * handles are all checked. */
+TEST(launch_end_rechecks)
+{
+    sw_device *dev = test_device();
+    sw_buffer *a = test_alloc(dev, 4096, "a");
+    sw_buffer *b = test_alloc(dev, 4096, "b");
+    sw_buffer *args[2] = {a, b};
+    sw_devmem p[2];
+    ASSERT_OK(sw_launch_begin(dev, args, 2, p));
+    ASSERT_OK(sw_launch_end(dev, args, 2));
+    ASSERT_ERR(sw_launch_end(dev, args, 2), SW_ERR_INVALID_ARG);
+    /* The array changed between begin and end: b was never pinned. */
+    sw_buffer *one[2] = {a, a};
+    ASSERT_OK(sw_launch_begin(dev, one, 2, p));
+    one[1] = b;
+    ASSERT_ERR(sw_launch_end(dev, one, 2), SW_ERR_INVALID_ARG);
+    one[1] = a;
+    ASSERT_OK(sw_launch_end(dev, one, 2));
+    /* Another array with the same handles. */
+    ASSERT_OK(sw_launch_begin(dev, args, 2, p));
+    sw_buffer *copy[2] = {a, b};
+    ASSERT_OK(sw_launch_end(dev, copy, 2));
+    ASSERT_ERR(sw_launch_end(dev, args, 2), SW_ERR_INVALID_ARG);
+    /* Nothing stays pinned: both can spill. */
+    ASSERT_OK(sw_set_memory_budget(dev, 4096));
+    sw_buffer *c = test_alloc(dev, 4096, "c");
+    sw_buffer_state st;
+    ASSERT_OK(sw_buffer_state_get(a, &st));
+    ASSERT_EQ(st, SW_SPILLED);
+    ASSERT_OK(sw_buffer_state_get(b, &st));
+    ASSERT_EQ(st, SW_SPILLED);
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_buffer_free(b));
+    ASSERT_OK(sw_buffer_free(c));
 }

@@ -152,6 +152,7 @@ TEST(queue_free_while_queued)
 
 TEST(queue_spill_waits_for_queue)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     ASSERT_OK(sw_set_memory_budget(dev, 3 * NF * 4));
     sw_queue *q = new_queue(dev);

@@ -37,6 +37,7 @@ static sw_buffer *alloc_pattern(sw_device *dev, size_t size, uint32_t seed,
 
 TEST(spill_lru_order)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     ASSERT_OK(sw_set_memory_budget(dev, 4 * S));
     sw_buffer *b[6];
@@ -68,6 +69,7 @@ TEST(spill_lru_order)
 
 TEST(spill_host_access_stays_spilled)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     ASSERT_OK(sw_set_memory_budget(dev, S));
     sw_buffer *a = alloc_pattern(dev, S, 1, "a");
@@ -100,6 +102,7 @@ TEST(spill_host_access_stays_spilled)
 
 TEST(spill_views_see_base)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     ASSERT_OK(sw_set_memory_budget(dev, 2 * S));
     sw_buffer *base = test_alloc(dev, 2 * S, "base");
@@ -133,6 +136,7 @@ TEST(spill_views_see_base)
 
 TEST(spill_pinned_never_moves)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     ASSERT_OK(sw_set_memory_budget(dev, 2 * S));
     sw_buffer *a = alloc_pattern(dev, S, 11, "a"); /* the LRU buffer */
@@ -166,6 +170,7 @@ TEST(spill_pinned_never_moves)
 
 TEST(spill_launch_restores_all)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     ASSERT_OK(sw_set_memory_budget(dev, 3 * S));
     sw_buffer *x = test_alloc(dev, S, "x");
@@ -197,6 +202,7 @@ TEST(spill_launch_restores_all)
 
 TEST(spill_launch_too_large)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     ASSERT_OK(sw_set_memory_budget(dev, 2 * S));
     sw_buffer *a = alloc_pattern(dev, S, 21, "a");
@@ -271,6 +277,7 @@ TEST(spill_launch_too_large_for_device)
 
 TEST(spill_lease_and_external)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     ASSERT_OK(sw_set_memory_budget(dev, 3 * S));
     sw_buffer *a = alloc_pattern(dev, S, 31, "leased");
@@ -328,6 +335,7 @@ TEST(spill_lease_outlives_handle)
 
 TEST(spill_budget_lowered)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     sw_buffer *b[4];
     for (int i = 0; i < 4; i++)
@@ -434,6 +442,7 @@ TEST(spill_full_device)
 
 TEST(spill_fault_copy_out)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     ASSERT_OK(sw_set_memory_budget(dev, 2 * S));
     sw_buffer *a = alloc_pattern(dev, S, 81, "a");
@@ -462,6 +471,7 @@ TEST(spill_fault_copy_out)
 
 TEST(spill_fault_restore)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     ASSERT_OK(sw_set_memory_budget(dev, 2 * S));
     sw_buffer *a = alloc_pattern(dev, S, 91, "a");
@@ -523,6 +533,7 @@ static int spill_sequence(sw_device *dev, sw_buffer **b, int nb)
 
 TEST(spill_fault_nth)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     for (int op = 0; op < 2; op++) {
         int clean = 0;
@@ -744,6 +755,7 @@ static void *model_thread(void *p)
 
 TEST(thread_spill_model)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     ASSERT_OK(sw_set_memory_budget(dev, 8 * MODEL_MAX));
     enum { T = 4 };
@@ -853,6 +865,7 @@ static void foreign_argument_case(uint64_t budget_after)
 
 TEST(launch_foreign_arg_moves_nothing)
 {
+    test_require_spill();
     /* Room for everything: before, a was restored (spilling nothing else)
      * and only then was the foreign argument refused. */
     foreign_argument_case(1u << 20);
@@ -860,6 +873,7 @@ TEST(launch_foreign_arg_moves_nothing)
 
 TEST(launch_foreign_arg_under_budget)
 {
+    test_require_spill();
     /* A tight budget: before, the foreign buffer was counted against this
      * device's budget and the call failed with SW_ERR_OOM. */
     foreign_argument_case(4096);

@@ -229,6 +229,7 @@ static size_t count_kind(const sw_trace_event *ev, size_t n, uint32_t k)
 
 TEST(trace_every_kind_replays)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     ASSERT_OK(sw_trace_start(dev, NULL));
     /* Allocation, cache reuse and trimming. */

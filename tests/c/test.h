@@ -204,6 +204,11 @@ sw_device *test_open(const char *spec);
 int test_is_sim(void);
 /* SKIP unless the device under test is the simulated one. */
 void test_require_sim(void);
+/* Nonzero when the device under test spills: every device but host:0,
+ * whose memory is the host's own (docs/host.md). */
+int test_can_spill(void);
+/* SKIP unless the device under test spills. */
+void test_require_spill(void);
 
 /* Called by main.c in the child after the test function returned. */
 void test_check_devices_empty(void);

@@ -102,6 +102,7 @@
     X(buffer_copy)                                                            \
     X(buffer_fill)                                                            \
     /* test-ops.c */                                                          \
+    X(launch_end_rechecks)                                                    \
     X(ops_bool_arithmetic_refused)                                            \
     X(ops_dtype_support_mask)                                                 \
     X(ops_fill)                                                               \
@@ -119,6 +120,22 @@
     X(ops_mixed_devices)                                                      \
     X(launch_raw_kernels)                                                     \
     X(launch_bad_args)                                                        \
+    /* test-dtypes.c */                                                       \
+    X(dtypes_mask)                                                            \
+    X(dtypes_fill)                                                            \
+    X(dtypes_copy)                                                            \
+    X(dtypes_add)                                                             \
+    X(dtypes_scale)                                                           \
+    X(dtypes_axpy)                                                            \
+    X(dtypes_sum)                                                             \
+    X(dtypes_sum_edges)                                                       \
+    X(dtypes_sum_order)                                                       \
+    X(dtypes_half_fill_rounding)                                              \
+    X(dtypes_half_exhaustive)                                                 \
+    X(dtypes_bool)                                                            \
+    X(dtypes_unaligned)                                                       \
+    X(dtypes_zero_elements)                                                   \
+    X(dtypes_opencl_no_fp64)                                                  \
     /* test-async.c */                                                        \
     X(async_free_while_queued)                                                \
     X(async_empty_cache_while_queued)                                         \
@@ -208,7 +225,50 @@
     X(cuda_gpu_pool_returns_memory)                                           \
     X(cuda_gpu_fallback_allocator)                                            \
     X(cuda_gpu_unusual_paths)                                                 \
-    X(cuda_gpu_fork_child)
+    X(cuda_gpu_fork_child)                                                    \
+    /* test-hip.c */                                                          \
+    X(hip_kernel_names)                                                       \
+    X(hip_library_missing)                                                    \
+    X(hip_library_wrong)                                                      \
+    X(hip_no_gpu)                                                             \
+    X(hip_error_mapping)                                                      \
+    X(hip_signatures)                                                         \
+    X(hip_hiprtc_code_object)                                                 \
+    X(hip_hiprtc_errors)                                                      \
+    X(hip_hiprtc_missing)                                                     \
+    X(hip_fake_runtime)                                                       \
+    X(hip_fake_runtime_no_pools)                                              \
+    X(hip_fake_runtime_pool_off)                                              \
+    X(hip_fake_runtime_oom)                                                   \
+    X(hip_fake_unusual_paths)                                                 \
+    X(hip_standin_checks)                                                     \
+    X(hip_gpu_device)                                                         \
+    /* test-ze.c */                                                           \
+    X(ze_spirv_modules)                                                       \
+    X(ze_library_missing)                                                     \
+    X(ze_library_wrong)                                                       \
+    X(ze_no_gpu)                                                              \
+    X(ze_no_driver)                                                           \
+    X(ze_error_mapping)                                                       \
+    X(ze_signatures)                                                          \
+    X(ze_fake_loader)                                                         \
+    X(ze_fake_no_fp64)                                                        \
+    X(ze_fake_no_sysman)                                                      \
+    X(ze_fake_legacy_sysman)                                                  \
+    X(ze_fake_no_kernels)                                                     \
+    X(ze_fake_oom)                                                            \
+    X(ze_fake_unusual_paths)                                                  \
+    X(ze_standin_checks)                                                      \
+    X(ze_gpu_device)                                                          \
+    /* test-host.c */                                                         \
+    X(host_device_listed)                                                     \
+    X(host_memory_figures)                                                    \
+    X(host_memory_env)                                                        \
+    X(host_memory_env_malformed)                                              \
+    X(host_budget_is_oom_not_spill)                                           \
+    X(host_capacity_is_oom_not_spill)                                         \
+    X(host_kernels_on_the_cpu)                                                \
+    X(thread_host_queues_and_events)
 
 #define SW__DECLARE_TEST(name) void test_##name(void);
 SW_TEST_LIST(SW__DECLARE_TEST)

@@ -302,3 +302,46 @@ def test_plot_needs_a_trace():
     p = run("plot", "--help")
     assert p.returncode == 0
     assert "matplotlib" in p.stdout
+
+
+# --- the demo's measurements ------------------------------------------------
+
+
+def test_demo_json():
+    import json
+    p = run("demo", "--steps", "8", "--json", "--repeat", "2")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)  # nothing but the object on stdout
+    assert doc["device"] == "sim:0" and doc["steps"] == 8
+    plain, budgeted = doc["runs"]
+    assert plain["budget"] == 0 and budgeted["budget"] > 0
+    assert budgeted["spills"] > 0 and budgeted["restores"] > 0
+    assert budgeted["peak"] <= budgeted["budget"]
+    assert doc["memcpy_bytes_per_s"] > 0 and doc["ratio"] > 0
+    assert doc["bit_identical"] is True
+
+
+def test_demo_sweep():
+    p = run("demo", "--sweep", "--repeat", "1", timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = [l.split() for l in p.stdout.splitlines()
+            if l.split() and l.split()[0] in ("32", "128", "512")]
+    assert len(rows) >= 6, p.stdout
+    for r in rows:
+        assert float(r[-1]) > 0  # the ratio
+    assert "demo finished" in p.stdout
+
+
+def test_demo_trace(tmp_path):
+    import json
+    p = run("demo", "--steps", "6", "--repeat", "1", "--trace",
+            str(tmp_path), env={"PYTHON": os.environ.get("PYTHON", "python3")})
+    assert p.returncode == 0, p.stdout + p.stderr
+    for run_no in (1, 2):
+        doc = json.loads((tmp_path / ("run%d.json" % run_no)).read_text())
+        names = {e["name"] for e in doc["traceEvents"]}
+        assert "memory" in names
+        if run_no == 2:
+            assert "spill" in names
+    usage_error(run("demo", "--sweep", "--trace", str(tmp_path)), "--trace")
+    usage_error(run("demo", "--repeat", "0"), "--repeat")

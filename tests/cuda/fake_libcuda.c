@@ -27,8 +27,10 @@
  * is a leak: it says so and aborts.
  *
  * The kernels are emulated by name, with the semantics of the built-in
- * kernels' CUDA C (src/backend/cuda.c), sums included block by block and
- * thread by thread, so results are the bits the GPU code should produce.
+ * kernels' CUDA C (src/backend/kernels/cuda.cu), sums included block by
+ * block and thread by thread, so results are the bits the GPU code should
+ * produce; float16 and bfloat16 convert with the kernel source's own
+ * helpers, compiled here as C.
  *
  * Environment: FAKE_CUDA_MEMORY (bytes, default 2 GiB) is the device's
  * capacity; FAKE_CUDA_NO_POOLS=1 reports no memory-pool support.
@@ -68,7 +70,7 @@ struct CUmod_st {
     unsigned magic;
     const unsigned char *image;
     size_t size;
-    struct CUfunc_st funcs[64]; /* die with the module, as in CUDA */
+    struct CUfunc_st funcs[96]; /* die with the module, as in CUDA */
     int nfuncs;
 };
 struct CUmemPoolHandle_st {
@@ -779,32 +781,51 @@ swcu_result cuModuleUnload(swcu_module module)
     return SWCU_CUDA_SUCCESS;
 }
 
-/* The emulated kernels: op x type, plus the two final sums and the byte
- * fill. */
-enum { K_FILL, K_COPY, K_ADD, K_SCALE, K_AXPY, K_SUM };
-enum { T_F32, T_F64, T_U32, T_U64 };
-#define K_SUM_FINAL_F64 100
-#define K_SUM_FINAL_I64 101
-#define K_FILL_BYTES 102
+/* The emulated kernels, by entry name: an operation on a type, as
+ * kernels/cuda.cu declares them. */
+enum { K_FILL, K_COPY, K_ADD, K_SCALE, K_AXPY, K_SUM, K_FINAL, K_BYTES };
+enum {
+    T_U8, T_U16, T_U32, T_U64, T_U128, T_F16, T_BF16, T_F32, T_F64, T_C64,
+    T_C128, T_I8, T_I16, T_I32, T_B8, T_NONE
+};
+static const struct {
+    const char *name;
+    int op, type;
+} kernel_table[] = {
+#define ARITH(S, T)                                                           \
+    {"sw_add_" S, K_ADD, T}, {"sw_scale_" S, K_SCALE, T},                     \
+        {"sw_axpy_" S, K_AXPY, T}
+    {"sw_fill_u8", K_FILL, T_U8},     {"sw_fill_u16", K_FILL, T_U16},
+    {"sw_fill_u32", K_FILL, T_U32},   {"sw_fill_u64", K_FILL, T_U64},
+    {"sw_fill_u128", K_FILL, T_U128}, {"sw_copy_u8", K_COPY, T_U8},
+    {"sw_copy_u16", K_COPY, T_U16},   {"sw_copy_u32", K_COPY, T_U32},
+    {"sw_copy_u64", K_COPY, T_U64},   ARITH("u8", T_U8),
+    ARITH("u16", T_U16),              ARITH("u32", T_U32),
+    ARITH("u64", T_U64),              ARITH("f16", T_F16),
+    ARITH("bf16", T_BF16),            ARITH("f32", T_F32),
+    ARITH("f64", T_F64),              ARITH("c64", T_C64),
+    ARITH("c128", T_C128),
+    {"sw_sum_i8", K_SUM, T_I8},       {"sw_sum_i16", K_SUM, T_I16},
+    {"sw_sum_i32", K_SUM, T_I32},     {"sw_sum_u8", K_SUM, T_U8},
+    {"sw_sum_u16", K_SUM, T_U16},     {"sw_sum_u32", K_SUM, T_U32},
+    {"sw_sum_u64", K_SUM, T_U64},     {"sw_sum_b8", K_SUM, T_B8},
+    {"sw_sum_f16", K_SUM, T_F16},     {"sw_sum_bf16", K_SUM, T_BF16},
+    {"sw_sum_f32", K_SUM, T_F32},     {"sw_sum_f64", K_SUM, T_F64},
+    {"sw_sum_c64", K_SUM, T_C64},     {"sw_sum_c128", K_SUM, T_C128},
+    {"sw_sum_final_f64", K_FINAL, T_F64},
+    {"sw_sum_final_i64", K_FINAL, T_U64},
+    {"sw_sum_final_c128", K_FINAL, T_C128},
+    {"sw_fill_bytes", K_BYTES, T_NONE},
+#undef ARITH
+};
+#define NKERNELS (int)(sizeof kernel_table / sizeof kernel_table[0])
 
+/* The function's kind: an index into kernel_table, or -1. */
 static int kernel_kind(const char *name)
 {
-    static const char *const ops[] = {"fill", "copy", "add", "scale", "axpy",
-                                      "sum"};
-    static const char *const types[] = {"f32", "f64", "i32", "i64"};
-    if (strcmp(name, "sw_sum_final_f64") == 0)
-        return K_SUM_FINAL_F64;
-    if (strcmp(name, "sw_sum_final_i64") == 0)
-        return K_SUM_FINAL_I64;
-    if (strcmp(name, "sw_fill_bytes") == 0)
-        return K_FILL_BYTES;
-    for (int o = 0; o < 6; o++)
-        for (int t = 0; t < 4; t++) {
-            char want[32];
-            snprintf(want, sizeof want, "sw_%s_%s", ops[o], types[t]);
-            if (strcmp(name, want) == 0)
-                return o * 4 + t;
-        }
+    for (int k = 0; k < NKERNELS; k++)
+        if (strcmp(name, kernel_table[k].name) == 0)
+            return k;
     return -1;
 }
 
@@ -832,7 +853,7 @@ swcu_result cuModuleGetFunction(swcu_function *function, swcu_module module,
         if (module->funcs[i].kind == kind)
             f = &module->funcs[i];
     if (f == NULL) {
-        if (module->nfuncs == 64)
+        if (module->nfuncs == 96)
             return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
         f = &module->funcs[module->nfuncs++];
         f->magic = LIVE;
@@ -854,58 +875,181 @@ static swcu_result fault(swcu_result r, const char *what)
 
 #define ARG(T, i) (*(T *)params[i])
 
-/* Element-wise kernels on type T: out, then operands. */
-#define FAKE_ELEMENTWISE(T)                                                   \
-    static swcu_result ew_##T(int op, void **params, unsigned long long n)   \
-    {                                                                         \
-        T *out = (T *)(uintptr_t)ARG(swcu_deviceptr, 0);                      \
-        size_t bytes = (size_t)n * sizeof(T);                                 \
-        if ((uintptr_t)out % sizeof(T))                                       \
-            return fault(SWCU_CUDA_ERROR_MISALIGNED_ADDRESS, "out");          \
-        if (!check_range((swcu_deviceptr)(uintptr_t)out, bytes, "kernel out")) \
-            return fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS, "out");             \
-        if (op == K_FILL) {                                                   \
-            T alpha = ARG(T, 1);                                              \
-            for (unsigned long long i = 0; i < n; i++)                        \
-                out[i] = alpha;                                               \
-            return SWCU_CUDA_SUCCESS;                                         \
-        }                                                                     \
-        const T *a = (const T *)(uintptr_t)ARG(swcu_deviceptr, 1);            \
-        if ((uintptr_t)a % sizeof(T))                                         \
-            return fault(SWCU_CUDA_ERROR_MISALIGNED_ADDRESS, "a");            \
-        if (!check_range((swcu_deviceptr)(uintptr_t)a, bytes, "kernel a"))    \
-            return fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS, "a");               \
-        if (op == K_COPY) {                                                   \
-            if (a != out && (uintptr_t)a < (uintptr_t)out + bytes &&          \
-                (uintptr_t)out < (uintptr_t)a + bytes)                        \
-                return fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS,                 \
-                             "COPY kernel on overlapping ranges (racy)");     \
-            for (unsigned long long i = 0; i < n; i++)                        \
-                out[i] = a[i];                                                \
-            return SWCU_CUDA_SUCCESS;                                         \
-        }                                                                     \
-        if (op == K_ADD) {                                                    \
-            const T *b = (const T *)(uintptr_t)ARG(swcu_deviceptr, 2);        \
-            if ((uintptr_t)b % sizeof(T))                                     \
-                return fault(SWCU_CUDA_ERROR_MISALIGNED_ADDRESS, "b");        \
-            if (!check_range((swcu_deviceptr)(uintptr_t)b, bytes, "kernel b")) \
-                return fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS, "b");           \
-            for (unsigned long long i = 0; i < n; i++)                        \
-                out[i] = a[i] + b[i];                                         \
-            return SWCU_CUDA_SUCCESS;                                         \
-        }                                                                     \
-        T alpha = ARG(T, 2);                                                  \
-        for (unsigned long long i = 0; i < n; i++)                            \
-            out[i] = op == K_SCALE ? alpha * a[i] : alpha * a[i] + out[i];    \
-        return SWCU_CUDA_SUCCESS;                                             \
-    }
+/* float16 and bfloat16 convert with the kernels' own code: the helpers
+ * section of kernels/cuda.cu is plain C (SW_DEV, SW_HELPERS_ONLY). */
+static inline float fake_uint_as_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint32_t fake_float_as_uint(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+#define __uint_as_float fake_uint_as_float
+#define __float_as_uint fake_float_as_uint
+#define SW_DEV static inline
+#define SW_HELPERS_ONLY 1
+#include "backend/kernels/cuda.cu"
+#undef SW_HELPERS_ONLY
+#undef SW_DEV
 
 typedef uint32_t u32;
 typedef uint64_t u64;
-FAKE_ELEMENTWISE(float)
-FAKE_ELEMENTWISE(double)
-FAKE_ELEMENTWISE(u32)
-FAKE_ELEMENTWISE(u64)
+
+/* A typed operand: aligned to align, [p, p + bytes) live. */
+static swcu_result operand(const void *p, size_t align, size_t bytes,
+                           const char *what)
+{
+    if ((uintptr_t)p % align)
+        return fault(SWCU_CUDA_ERROR_MISALIGNED_ADDRESS, what);
+    if (!check_range((swcu_deviceptr)(uintptr_t)p, bytes, what))
+        return fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS, what);
+    return SWCU_CUDA_SUCCESS;
+}
+
+/* Element sizes (and alignments) of the types. */
+static size_t type_size(int t)
+{
+    static const size_t size[] = {
+        [T_U8] = 1, [T_U16] = 2, [T_U32] = 4, [T_U64] = 8, [T_U128] = 16,
+        [T_F16] = 2, [T_BF16] = 2, [T_F32] = 4, [T_F64] = 8, [T_C64] = 8,
+        [T_C128] = 16, [T_I8] = 1, [T_I16] = 2, [T_I32] = 4, [T_B8] = 1,
+    };
+    return size[t];
+}
+
+/* FILL (out, alpha, n) and COPY (out, a, n), by element size; the 16-byte
+ * FILL is (out, lo, hi, n). */
+static swcu_result fill_copy(int op, int type, void **params)
+{
+    size_t es = type_size(type);
+    unsigned char *out = (unsigned char *)(uintptr_t)ARG(swcu_deviceptr, 0);
+    unsigned long long n = ARG(unsigned long long, type == T_U128 ? 3 : 2);
+    size_t bytes = (size_t)n * es;
+    swcu_result r = operand(out, es, bytes, "kernel out");
+    if (r)
+        return r;
+    if (op == K_FILL) {
+        unsigned char v[16];
+        if (type == T_U128) {
+            memcpy(v, params[1], 8);
+            memcpy(v + 8, params[2], 8);
+        } else {
+            memcpy(v, params[1], es);
+        }
+        for (unsigned long long i = 0; i < n; i++)
+            memcpy(out + i * es, v, es);
+        return SWCU_CUDA_SUCCESS;
+    }
+    const unsigned char *a =
+        (const unsigned char *)(uintptr_t)ARG(swcu_deviceptr, 1);
+    if ((r = operand(a, es, bytes, "kernel a")))
+        return r;
+    if (a != out && (uintptr_t)a < (uintptr_t)out + bytes &&
+        (uintptr_t)out < (uintptr_t)a + bytes)
+        return fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS,
+                     "COPY kernel on overlapping ranges (racy)");
+    if (a != out)
+        memcpy(out, a, bytes);
+    return SWCU_CUDA_SUCCESS;
+}
+
+/* ADD (out, a, b, n), SCALE and AXPY (out, a, alpha, n) on storage type T
+ * computed in C, alpha of type A, LD and ST converting: as SW_ARITH in
+ * kernels/cuda.cu. */
+#define SAME(x) (x)
+#define FAKE_ARITH(NAME, T, C, A, LD, ST)                                     \
+    static swcu_result NAME(int op, void **params)                           \
+    {                                                                         \
+        T *out = (T *)(uintptr_t)ARG(swcu_deviceptr, 0);                      \
+        const T *a = (const T *)(uintptr_t)ARG(swcu_deviceptr, 1);            \
+        unsigned long long n = ARG(unsigned long long, 3);                    \
+        size_t bytes = (size_t)n * sizeof(T);                                 \
+        swcu_result r = operand(out, sizeof(T), bytes, "kernel out");        \
+        if (!r)                                                               \
+            r = operand(a, sizeof(T), bytes, "kernel a");                     \
+        if (r)                                                                \
+            return r;                                                         \
+        if (op == K_ADD) {                                                    \
+            const T *b = (const T *)(uintptr_t)ARG(swcu_deviceptr, 2);        \
+            if ((r = operand(b, sizeof(T), bytes, "kernel b")))               \
+                return r;                                                     \
+            for (unsigned long long i = 0; i < n; i++)                        \
+                out[i] = (T)ST((C)LD(a[i]) + (C)LD(b[i]));                    \
+            return SWCU_CUDA_SUCCESS;                                         \
+        }                                                                     \
+        A alpha = ARG(A, 2);                                                  \
+        for (unsigned long long i = 0; i < n; i++)                            \
+            out[i] = op == K_SCALE                                            \
+                         ? (T)ST((C)alpha * (C)LD(a[i]))                      \
+                         : (T)ST((C)alpha * (C)LD(a[i]) + (C)LD(out[i]));     \
+        return SWCU_CUDA_SUCCESS;                                             \
+    }
+FAKE_ARITH(ar_u8, uint8_t, u32, uint8_t, SAME, SAME)
+FAKE_ARITH(ar_u16, uint16_t, u32, uint16_t, SAME, SAME)
+FAKE_ARITH(ar_u32, u32, u32, u32, SAME, SAME)
+FAKE_ARITH(ar_u64, u64, u64, u64, SAME, SAME)
+FAKE_ARITH(ar_f32, float, float, float, SAME, SAME)
+FAKE_ARITH(ar_f64, double, double, double, SAME, SAME)
+FAKE_ARITH(ar_f16, uint16_t, float, float, sw_f16_to_f32, sw_f32_to_f16)
+FAKE_ARITH(ar_bf16, uint16_t, float, float, sw_bf16_to_f32, sw_f32_to_bf16)
+
+/* Complex (float2 / double2 elements, alpha as ar, ai): as SW_COMPLEX. */
+#define FAKE_COMPLEX(NAME, R)                                                 \
+    static swcu_result NAME(int op, void **params)                           \
+    {                                                                         \
+        R *out = (R *)(uintptr_t)ARG(swcu_deviceptr, 0);                      \
+        const R *a = (const R *)(uintptr_t)ARG(swcu_deviceptr, 1);            \
+        unsigned long long n = ARG(unsigned long long, op == K_ADD ? 3 : 4);  \
+        size_t bytes = (size_t)n * 2 * sizeof(R);                             \
+        swcu_result r = operand(out, 2 * sizeof(R), bytes, "kernel out");    \
+        if (!r)                                                               \
+            r = operand(a, 2 * sizeof(R), bytes, "kernel a");                 \
+        if (r)                                                                \
+            return r;                                                         \
+        if (op == K_ADD) {                                                    \
+            const R *b = (const R *)(uintptr_t)ARG(swcu_deviceptr, 2);        \
+            if ((r = operand(b, 2 * sizeof(R), bytes, "kernel b")))           \
+                return r;                                                     \
+            for (unsigned long long i = 0; i < n; i++) {                      \
+                R re = a[2 * i] + b[2 * i], im = a[2 * i + 1] + b[2 * i + 1]; \
+                out[2 * i] = re;                                              \
+                out[2 * i + 1] = im;                                          \
+            }                                                                 \
+            return SWCU_CUDA_SUCCESS;                                         \
+        }                                                                     \
+        R ar = ARG(R, 2), ai = ARG(R, 3);                                     \
+        for (unsigned long long i = 0; i < n; i++) {                          \
+            R xr = a[2 * i], xi = a[2 * i + 1];                               \
+            R yr = out[2 * i], yi = out[2 * i + 1];                           \
+            R re = ar * xr - ai * xi, im = ar * xi + ai * xr;                 \
+            if (op == K_AXPY) {                                               \
+                re = re + yr;                                                 \
+                im = im + yi;                                                 \
+            }                                                                 \
+            out[2 * i] = re;                                                  \
+            out[2 * i + 1] = im;                                              \
+        }                                                                     \
+        return SWCU_CUDA_SUCCESS;                                             \
+    }
+FAKE_COMPLEX(ar_c64, float)
+FAKE_COMPLEX(ar_c128, double)
+
+/* Accumulators: u64, double, and a complex pair. */
+typedef struct {
+    double re, im;
+} c128;
+static u64 add_u64(u64 x, u64 y) { return x + y; }
+static double add_double(double x, double y) { return x + y; }
+static c128 add_c128(c128 x, c128 y)
+{
+    c128 r = {x.re + y.re, x.im + y.im};
+    return r;
+}
 
 /* A block's tree sum over 256 slots, as sw_block_sum does it. */
 #define FAKE_TREE(A)                                                          \
@@ -913,22 +1057,38 @@ FAKE_ELEMENTWISE(u64)
     {                                                                         \
         for (unsigned s = 128; s > 0; s >>= 1)                                \
             for (unsigned t = 0; t < s; t++)                                  \
-                sh[t] = sh[t] + sh[t + s];                                    \
+                sh[t] = add_##A(sh[t], sh[t + s]);                            \
         return sh[0];                                                         \
     }
 FAKE_TREE(double)
 FAKE_TREE(u64)
+FAKE_TREE(c128)
 
-/* Pass 1 of a sum, thread by thread: partials[b] for each block b. */
-#define FAKE_SUM(NAME, T, A, CONV)                                            \
+/* Element conversions into accumulators, as cuda.cu's SW_SUM uses. */
+static u64 sext8(int8_t x) { return (u64)(int64_t)x; }
+static u64 sext16(int16_t x) { return (u64)(int64_t)x; }
+static u64 sext32(int32_t x) { return (u64)(int64_t)x; }
+static u64 zext(u64 x) { return x; }
+static u64 nonzero(uint8_t x) { return x != 0; }
+static double f16d(uint16_t x) { return (double)sw_f16_to_f32(x); }
+static double bf16d(uint16_t x) { return (double)sw_bf16_to_f32(x); }
+static double dbl(double x) { return x; }
+static const double zero_double = 0.0;
+static const u64 zero_u64 = 0;
+static const c128 zero_c128 = {0.0, 0.0};
+
+/* Pass 1 of a sum, thread by thread: partials[b] for each block b.
+ * Elements of S bytes, aligned to S, read by LOAD. */
+#define FAKE_SUM(NAME, S, A, LOAD)                                            \
     static swcu_result NAME(void **params, unsigned grid)                     \
     {                                                                         \
-        const T *a = (const T *)(uintptr_t)ARG(swcu_deviceptr, 0);            \
+        const unsigned char *a =                                              \
+            (const unsigned char *)(uintptr_t)ARG(swcu_deviceptr, 0);         \
         unsigned long long n = ARG(unsigned long long, 1);                    \
         A *partials = (A *)(uintptr_t)ARG(swcu_deviceptr, 2);                 \
-        if ((uintptr_t)a % sizeof(T) || (uintptr_t)partials % sizeof(A))      \
+        if ((uintptr_t)a % (S) || (uintptr_t)partials % 8)                    \
             return fault(SWCU_CUDA_ERROR_MISALIGNED_ADDRESS, "sum");          \
-        if (!check_range((swcu_deviceptr)(uintptr_t)a, n * sizeof(T),         \
+        if (!check_range((swcu_deviceptr)(uintptr_t)a, n * (S),               \
                          "sum input") ||                                      \
             !check_range((swcu_deviceptr)(uintptr_t)partials,                 \
                          grid * sizeof(A), "sum partials"))                   \
@@ -936,21 +1096,58 @@ FAKE_TREE(u64)
         A sh[256];                                                            \
         for (unsigned b = 0; b < grid; b++) {                                 \
             for (unsigned t = 0; t < 256; t++) {                              \
-                A acc = 0;                                                    \
+                A acc = zero_##A;                                             \
                 for (unsigned long long i = (unsigned long long)b * 256 + t;  \
                      i < n; i += (unsigned long long)grid * 256)              \
-                    acc += CONV(a[i]);                                        \
+                    acc = add_##A(acc, LOAD(a + i * (S)));                    \
                 sh[t] = acc;                                                  \
             }                                                                 \
             partials[b] = tree_##A(sh);                                       \
         }                                                                     \
         return SWCU_CUDA_SUCCESS;                                             \
     }
-FAKE_SUM(sum_f32, float, double, (double))
-FAKE_SUM(sum_f64, double, double, )
-FAKE_SUM(sum_i32, int32_t, u64, (u64)(int64_t))
-FAKE_SUM(sum_i64, u64, u64, )
+#define LD(T, CONV, p) CONV(*(const T *)(const void *)(p))
+#define L_I8(p) LD(int8_t, sext8, p)
+#define L_I16(p) LD(int16_t, sext16, p)
+#define L_I32(p) LD(int32_t, sext32, p)
+#define L_U8(p) LD(uint8_t, zext, p)
+#define L_U16(p) LD(uint16_t, zext, p)
+#define L_U32(p) LD(u32, zext, p)
+#define L_U64(p) LD(u64, zext, p)
+#define L_B8(p) LD(uint8_t, nonzero, p)
+#define L_F16(p) LD(uint16_t, f16d, p)
+#define L_BF16(p) LD(uint16_t, bf16d, p)
+#define L_F32(p) LD(float, dbl, p)
+#define L_F64(p) LD(double, dbl, p)
+static c128 l_c64(const unsigned char *p)
+{
+    const float *f = (const float *)(const void *)p;
+    c128 r = {(double)f[0], (double)f[1]};
+    return r;
+}
+static c128 l_c128(const unsigned char *p)
+{
+    const double *d = (const double *)(const void *)p;
+    c128 r = {d[0], d[1]};
+    return r;
+}
+FAKE_SUM(sum_i8, 1, u64, L_I8)
+FAKE_SUM(sum_i16, 2, u64, L_I16)
+FAKE_SUM(sum_i32, 4, u64, L_I32)
+FAKE_SUM(sum_u8, 1, u64, L_U8)
+FAKE_SUM(sum_u16, 2, u64, L_U16)
+FAKE_SUM(sum_u32, 4, u64, L_U32)
+FAKE_SUM(sum_u64, 8, u64, L_U64)
+FAKE_SUM(sum_b8, 1, u64, L_B8)
+FAKE_SUM(sum_f16, 2, double, L_F16)
+FAKE_SUM(sum_bf16, 2, double, L_BF16)
+FAKE_SUM(sum_f32, 4, double, L_F32)
+FAKE_SUM(sum_f64, 8, double, L_F64)
+FAKE_SUM(sum_c64, 8, c128, l_c64)
+FAKE_SUM(sum_c128, 16, c128, l_c128)
 
+/* Pass 2: one block over count <= 256 partials; the result (8 bytes, 16
+ * for a complex one) stored at any alignment. */
 #define FAKE_FINAL(NAME, A)                                                   \
     static swcu_result NAME(void **params)                                    \
     {                                                                         \
@@ -961,30 +1158,35 @@ FAKE_SUM(sum_i64, u64, u64, )
             return fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS, "final count");     \
         if (!check_range((swcu_deviceptr)(uintptr_t)partials,                 \
                          count * sizeof(A), "final partials") ||              \
-            !check_range((swcu_deviceptr)(uintptr_t)out, 8, "final out"))     \
+            !check_range((swcu_deviceptr)(uintptr_t)out, sizeof(A),           \
+                         "final out"))                                        \
             return fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS, "final");           \
         A sh[256];                                                            \
         for (unsigned t = 0; t < 256; t++)                                    \
-            sh[t] = t < count ? partials[t] : (A)0;                           \
+            sh[t] = t < count ? partials[t] : zero_##A;                       \
         A total = tree_##A(sh);                                               \
-        memcpy(out, &total, 8);                                               \
+        memcpy(out, &total, sizeof(A));                                       \
         return SWCU_CUDA_SUCCESS;                                             \
     }
 FAKE_FINAL(final_f64, double)
 FAKE_FINAL(final_i64, u64)
+FAKE_FINAL(final_c128, c128)
 
+/* (dst, n, lo, hi, psize): byte i is byte (i mod psize) of lo, hi. */
 static swcu_result fill_bytes(void **params)
 {
     unsigned char *dst = (unsigned char *)(uintptr_t)ARG(swcu_deviceptr, 0);
     unsigned long long n = ARG(unsigned long long, 1);
-    unsigned long long pattern = ARG(unsigned long long, 2);
-    unsigned psize = ARG(unsigned int, 3);
-    if (psize != 1 && psize != 2 && psize != 4 && psize != 8)
+    unsigned char pat[16];
+    memcpy(pat, params[2], 8);
+    memcpy(pat + 8, params[3], 8);
+    unsigned psize = ARG(unsigned int, 4);
+    if (psize != 1 && psize != 2 && psize != 4 && psize != 8 && psize != 16)
         return fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS, "fill_bytes psize");
     if (!check_range((swcu_deviceptr)(uintptr_t)dst, n, "fill_bytes"))
         return fault(SWCU_CUDA_ERROR_ILLEGAL_ADDRESS, "fill_bytes");
     for (unsigned long long i = 0; i < n; i++)
-        dst[i] = (unsigned char)(pattern >> (8 * (i % psize)));
+        dst[i] = pat[i % psize];
     return SWCU_CUDA_SUCCESS;
 }
 
@@ -1004,35 +1206,52 @@ swcu_result cuLaunchKernel(swcu_function f, unsigned int grid_x,
         params == NULL)
         return fail(SWCU_CUDA_ERROR_INVALID_VALUE, "%s: unexpected "
                     "configuration", "cuLaunchKernel");
-    switch (f->kind) {
-    case K_SUM_FINAL_F64:
-        return grid_x == 1 ? final_f64(params) : SWCU_CUDA_ERROR_INVALID_VALUE;
-    case K_SUM_FINAL_I64:
-        return grid_x == 1 ? final_i64(params) : SWCU_CUDA_ERROR_INVALID_VALUE;
-    case K_FILL_BYTES:
+    int op = kernel_table[f->kind].op, type = kernel_table[f->kind].type;
+    switch (op) {
+    case K_FINAL:
+        if (grid_x != 1)
+            return SWCU_CUDA_ERROR_INVALID_VALUE;
+        return type == T_F64 ? final_f64(params)
+               : type == T_U64 ? final_i64(params)
+                               : final_c128(params);
+    case K_BYTES:
         return fill_bytes(params);
-    default:
-        break;
-    }
-    int op = f->kind / 4, type = f->kind % 4;
-    if (op == K_SUM) {
+    case K_FILL:
+    case K_COPY:
+        return fill_copy(op, type, params);
+    case K_SUM:
         if (grid_x > 256)
             return fail(SWCU_CUDA_ERROR_INVALID_VALUE, "%s: more partials "
                         "than the final pass sums", "sum");
         switch (type) {
+        case T_I8: return sum_i8(params, grid_x);
+        case T_I16: return sum_i16(params, grid_x);
+        case T_I32: return sum_i32(params, grid_x);
+        case T_U8: return sum_u8(params, grid_x);
+        case T_U16: return sum_u16(params, grid_x);
+        case T_U32: return sum_u32(params, grid_x);
+        case T_U64: return sum_u64(params, grid_x);
+        case T_B8: return sum_b8(params, grid_x);
+        case T_F16: return sum_f16(params, grid_x);
+        case T_BF16: return sum_bf16(params, grid_x);
         case T_F32: return sum_f32(params, grid_x);
         case T_F64: return sum_f64(params, grid_x);
-        case T_U32: return sum_i32(params, grid_x);
-        default: return sum_i64(params, grid_x);
+        case T_C64: return sum_c64(params, grid_x);
+        default: return sum_c128(params, grid_x);
         }
+    default:
+        break;
     }
-    unsigned long long n = ARG(unsigned long long, op == K_FILL   ? 2
-                                                  : op == K_COPY ? 2
-                                                  : 3);
     switch (type) {
-    case T_F32: return ew_float(op, params, n);
-    case T_F64: return ew_double(op, params, n);
-    case T_U32: return ew_u32(op, params, n);
-    default: return ew_u64(op, params, n);
+    case T_U8: return ar_u8(op, params);
+    case T_U16: return ar_u16(op, params);
+    case T_U32: return ar_u32(op, params);
+    case T_U64: return ar_u64(op, params);
+    case T_F16: return ar_f16(op, params);
+    case T_BF16: return ar_bf16(op, params);
+    case T_F32: return ar_f32(op, params);
+    case T_F64: return ar_f64(op, params);
+    case T_C64: return ar_c64(op, params);
+    default: return ar_c128(op, params);
     }
 }

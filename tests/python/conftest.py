@@ -12,7 +12,8 @@ spillway is imported, for the whole session: two simulated devices of
 Tests that need a different size start a subprocess.  The pressure tests
 use the simulated device sim:0 ("sim" fixture); the others use the default
 device ("dev" fixture: $SPILLWAY_DEVICE, or sim:0), so the suite can run
-against other backends too.
+against other backends too.  Tests marked `spills` need the default device
+to spill, and are skipped on host:0, which never does.
 
 After every test an autouse fixture checks for leaks: every Array created
 during the test must be gone after gc.collect() (weak references), no
@@ -50,6 +51,25 @@ if os.environ.get("SPILLWAY_TEST_INSTALLED") != "1":
     if _where != (_build / "python" / "spillway").resolve():
         raise RuntimeError(f"testing spillway from {_where}, not from the "
                            f"build tree {_build}")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "spills: needs the default device to spill (every device "
+        "but host:0, whose memory is the host's own)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `spills` are skipped, with the reason, where the
+    default device never spills (host:0: docs/host.md)."""
+    name = spillway.Device().name
+    if not name.startswith("host:"):
+        return
+    skip = pytest.mark.skip(reason=f"{name} never spills: its memory is the "
+                            f"host's own (docs/host.md)")
+    for item in items:
+        if "spills" in item.keywords:
+            item.add_marker(skip)
 
 
 def pytest_report_header(config):

@@ -107,6 +107,7 @@ def check_chrome_schema(doc):
             assert ev["dur"] >= 0
 
 
+@pytest.mark.spills
 def test_dumps_chrome_and_snapshot(tmp_path):
     with sw.memory_history(stacks=True):
         sw.set_memory_budget(MIB)
@@ -198,6 +199,7 @@ def test_c_thread_allocations_have_no_traceback():
     assert all(h.stack_of(e["buffer"]) is None for e in allocs)
 
 
+@pytest.mark.spills
 def test_plot_makes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     with sw.memory_history(stacks=True):

@@ -53,9 +53,15 @@ def test_weak_references_die_with_the_object(dev):
     assert refs[1]() is None
 
 
-def test_not_picklable(dev):
+def test_what_is_not_picklable(dev):
+    # Arrays and Devices pickle (test_pickle.py); queues and events are
+    # live resources of one process.
+    q = sw.Queue(dev)
     with pytest.raises(TypeError):
-        pickle.dumps(sw.empty(2))
+        pickle.dumps(q)
+    with pytest.raises(TypeError):
+        pickle.dumps(q.record_event())
+    del q
 
 
 def test_second_module_instance(sim):

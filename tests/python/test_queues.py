@@ -513,7 +513,10 @@ def test_queue_churn_stays_bounded(dev):
         assert rss_growth < 64 << 20, \
             f"resident memory grew {rss_growth >> 20} MiB"
     counts = _testing.object_counts()
-    assert counts["queues"] == 0 and counts["managers"] <= max(max_managers, 1)
+    # The managers alive now: within the same bound (the samples above are
+    # every 50 queues, so the last moment may be above their maximum).
+    assert counts["queues"] == 0 and \
+        counts["managers"] <= max(min(1000, n // 4), 1)
     sw.order_manager.clear()
     _testing.wait_host_tasks()
     sw.synchronize(dev)

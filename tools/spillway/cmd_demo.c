@@ -1,18 +1,47 @@
 /*
  * cmd_demo.c -- spillway demo, the main job: the pipeline of
- * demo_workload.h run twice on one device, without a budget and then with
- * one a quarter of its live set (or --budget), with a progress line, a
- * table of both runs (peak, spills, restores, bytes and time each way,
- * slowdown), and checks: run 2 kept to its budget by spilling, every
- * output of the two runs is bit-identical, nothing is left on the device.
+ * demo_workload.h run on one device without a budget and then with one a
+ * quarter of its live set (or --budget), with a progress line, a table of
+ * both runs (peak, spills, restores, bytes and time each way, slowdown),
+ * the cost of the budget against the copies it needed, and checks: the
+ * budgeted run kept to its budget by spilling, every output of the runs is
+ * bit-identical, nothing is left on the device.
+ *
+ * The cost is a ratio, measured in the same process (these machines are
+ * shared and noisy): the budgeted run's time over the unbudgeted run's
+ * plus the time memcpy takes for the bytes moved.  1.0 means spilling
+ * costs exactly its copies; below 1.0, copies were hidden behind compute.
+ * Each run is repeated (--repeat, default 3, alternating) and the fastest
+ * is kept, so that both are warmed the same way.  --sweep prints it for
+ * several lengths and budgets in one table; --json prints the figures as
+ * one JSON object; --trace DIR records each run's memory history there
+ * (and draws it, when the Python package and matplotlib are at hand).
  */
+/* clock_gettime, fork and waitpid are POSIX, not C11. */
+#define _POSIX_C_SOURCE 200809L
+
 #include "commands.h"
 #include "demo_workload.h"
 #include "progress.h"
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The demo's own options, beyond --device, --budget and --steps. */
+typedef struct {
+    bool sweep, json, no_prefetch;
+    unsigned long repeat;
+    const char *trace_dir;
+} demo_opts;
+
+/* When printing JSON, nothing else goes to stdout. */
+static bool quiet;
 
 /* ------------------------------------------------------------------------
  * Setup and plan
@@ -41,6 +70,8 @@ static int demo_setup(sw_device *dev, size_t steps, uint64_t budget_opt,
     CHECK_OR_RETURN(ok, "out of host memory for %zu arrays' hashes",
                     steps + 1);
     r[1].budget = budget_opt ? budget_opt : demo_default_budget(p);
+    if (quiet)
+        return 0;
     printf("spillway %s demo on %s: %s\n", CLI_VERSION, sw_device_name(dev),
            sw_device_description(dev));
     printf("device total %s, free %s\n",
@@ -49,8 +80,62 @@ static int demo_setup(sw_device *dev, size_t steps, uint64_t budget_opt,
     return 0;
 }
 
+/* ------------------------------------------------------------------------
+ * The baseline: what copying the bytes would cost anyway
+ * ---------------------------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* memcpy between pre-faulted host buffers of one array's size (at least
+ * 16 MiB), in bytes per second: best of 5. */
+static double memcpy_rate(size_t bytes)
+{
+    if (bytes < ((size_t)16 << 20))
+        bytes = (size_t)16 << 20;
+    char *a = malloc(bytes), *b = malloc(bytes);
+    if (a == NULL || b == NULL) {
+        free(a);
+        free(b);
+        return 0;
+    }
+    memset(a, 1, bytes);
+    memset(b, 2, bytes);
+    double best = 0;
+    for (int i = 0; i < 5; i++) {
+        double t0 = now_s();
+        memcpy(b, a, bytes);
+        memcpy(a, b, bytes);
+        double dt = now_s() - t0;
+        if (dt > 0 && 2.0 * (double)bytes / dt > best)
+            best = 2.0 * (double)bytes / dt;
+    }
+    volatile char sink = a[bytes / 2] + b[bytes / 3];
+    (void)sink;
+    free(a);
+    free(b);
+    return best;
+}
+
+/* The budgeted run's time over the unbudgeted one's plus its copies at
+ * memcpy speed. */
+static double cost_ratio(const demo_run *plain, const demo_run *budgeted,
+                         double rate)
+{
+    double copies = rate > 0 ? (double)(budgeted->out_bytes +
+                                        budgeted->in_bytes) / rate
+                             : 0;
+    return budgeted->wall_s / (plain->wall_s + copies);
+}
+
 static void print_plan(const demo_pipeline *p, uint64_t budget)
 {
+    if (quiet)
+        return;
     uint64_t live = demo_live_bytes(p), step = DEMO_STEP_ARRAYS * p->bytes;
     printf("\npipeline of %zu steps: %zu forward steps x[k] = c*x[k-1] + "
            "(1-c)*x[k-2] + x[0],\nkeeping every x[k] (like activations kept"
@@ -90,19 +175,6 @@ static const char *seconds(double s)
     return buf;
 }
 
-/* "3.10 GiB/s", or "-" when nothing was timed. */
-static const char *rate(uint64_t bytes, double s)
-{
-    static char ring[4][32];
-    static unsigned next;
-    char *buf = ring[next++ % 4];
-    if (bytes == 0 || s <= 0)
-        return "-";
-    snprintf(buf, sizeof ring[0], "%.2f GiB/s",
-             (double)bytes / (double)CLI_GIB / s);
-    return buf;
-}
-
 /* One row per run.  steps counts forward and backward steps, as the
  * progress line does. */
 static void print_table(const demo_pipeline *p, const demo_run r[2])
@@ -129,31 +201,33 @@ static void print_table(const demo_pipeline *p, const demo_run r[2])
  * Checks: the budget, the runs compared, nothing left
  * ---------------------------------------------------------------------- */
 
-/* Run 2 kept to its budget, and (when the live set exceeds it) had to
- * spill and restore to do so. */
+/* The budgeted run kept to its budget, and (when the live set exceeds it)
+ * had to spill and restore to do so. */
 static int check_budget_run(const demo_pipeline *p, const demo_run *r)
 {
     CHECK_OR_RETURN(r->peak <= r->budget,
                     "run 2: peak in use %s passed the budget %s",
                     cli_bytes(r->peak), cli_bytes(r->budget));
-    printf("\nrun 2: peak in use %s <= budget %s;\nmoved %s out (%s) and "
-           "%s back in (%s)\n",
-           cli_bytes(r->peak), cli_bytes(r->budget), cli_bytes(r->out_bytes),
-           rate(r->out_bytes, r->out_s), cli_bytes(r->in_bytes),
-           rate(r->in_bytes, r->in_s));
     if (demo_live_bytes(p) > r->budget)
         CHECK_OR_RETURN(r->spills > 0 && r->restores > 0,
                         "run 2: a live set of %s under a budget of %s, yet "
                         "%" PRIu64 " spills and %" PRIu64 " restores",
                         cli_bytes(demo_live_bytes(p)), cli_bytes(r->budget),
                         r->spills, r->restores);
-    else
+    if (quiet)
+        return 0;
+    printf("\nrun 2: peak in use %s <= budget %s;\nmoved %s out and %s back "
+           "in\n",
+           cli_bytes(r->peak), cli_bytes(r->budget), cli_bytes(r->out_bytes),
+           cli_bytes(r->in_bytes));
+    if (demo_live_bytes(p) <= r->budget)
         printf("note: the budget holds the whole live set: nothing had to "
                "be spilled\n");
     return 0;
 }
 
-static int compare_runs(const demo_pipeline *p, const demo_run r[2])
+static int compare_runs(const demo_pipeline *p, const demo_run *a,
+                        const demo_run *b)
 {
     for (size_t k = 0; k <= p->steps; k++) {
         char name[32];
@@ -161,22 +235,20 @@ static int compare_runs(const demo_pipeline *p, const demo_run r[2])
             snprintf(name, sizeof name, "x[%zu]", k);
         else
             snprintf(name, sizeof name, "acc");
-        CHECK_OR_RETURN(r[0].hash[k] == r[1].hash[k],
+        CHECK_OR_RETURN(a->hash[k] == b->hash[k],
                         "bit-identical: no: %s differs (FNV-1a %016" PRIx64
                         " in run 1, %016" PRIx64 " in run 2)",
-                        name, r[0].hash[k], r[1].hash[k]);
+                        name, a->hash[k], b->hash[k]);
     }
     for (size_t k = p->steps; k-- > 0;) {
-        double a, b;
-        memcpy(&a, &r[0].sum_bits[k], sizeof a);
-        memcpy(&b, &r[1].sum_bits[k], sizeof b);
-        CHECK_OR_RETURN(r[0].sum_bits[k] == r[1].sum_bits[k],
+        double x, y;
+        memcpy(&x, &a->sum_bits[k], sizeof x);
+        memcpy(&y, &b->sum_bits[k], sizeof y);
+        CHECK_OR_RETURN(a->sum_bits[k] == b->sum_bits[k],
                         "bit-identical: no: the checkpoint after x[%zu] "
                         "differs (%.17g in run 1, %.17g in run 2)",
-                        k, a, b);
+                        k, x, y);
     }
-    printf("bit-identical: yes (%zu arrays, %zu sums)\n", p->steps + 1,
-           p->steps);
     return 0;
 }
 
@@ -191,7 +263,63 @@ static int check_clean(sw_device *dev)
                     "cached %s",
                     cli_bytes(mi.in_use), cli_bytes(mi.spilled),
                     cli_bytes(mi.cached));
-    printf("after freeing: in use 0 B, spilled 0 B, cached 0 B\n");
+    if (!quiet)
+        printf("after freeing: in use 0 B, spilled 0 B, cached 0 B\n");
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Memory histories (--trace DIR)
+ * ---------------------------------------------------------------------- */
+
+/* Draw path's picture with the Python package's plotter (spillway plot),
+ * quietly; a note when it cannot be drawn. */
+static void draw(const char *path)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return;
+    exe[n] = '\0';
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int devnull = open("/dev/null", 1);
+        if (devnull >= 0) {
+            dup2(devnull, 1);
+            dup2(devnull, 2);
+        }
+        execl(exe, exe, "plot", path, (char *)NULL);
+        _exit(127);
+    }
+    int status = 1;
+    if (pid > 0)
+        waitpid(pid, &status, 0);
+    if (!quiet && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        printf("note: no picture of %s (spillway plot needs python3 with "
+               "spillway and matplotlib)\n", path);
+}
+
+static int trace_begin(const demo_opts *d, sw_device *dev)
+{
+    if (d->trace_dir == NULL)
+        return 0;
+    sw_trace_options o = {.capacity = (size_t)1 << 20};
+    TRY_OR_RETURN(sw_trace_start(dev, &o));
+    return 0;
+}
+
+static int trace_end(const demo_opts *d, sw_device *dev, int run)
+{
+    if (d->trace_dir == NULL)
+        return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/run%d.json", d->trace_dir, run);
+    TRY_OR_RETURN(sw_trace_stop(dev));
+    TRY_OR_RETURN(sw_trace_dump(dev, path, "chrome"));
+    if (!quiet)
+        printf("memory history of run %d: %s\n", run, path);
+    draw(path);
     return 0;
 }
 
@@ -208,46 +336,268 @@ static int workload_failed(const demo_pipeline *p, int err)
     return 1;
 }
 
-static int demo_runs(demo_pipeline *p, demo_run r[2])
+/* One run of the pipeline under r->budget into r (its fastest over the
+ * repeats is kept by the caller), arrays freed after. */
+static int one_run(demo_pipeline *p, demo_run *r, int run, bool show)
+{
+    progress pg;
+    if (show)
+        progress_begin(&pg, p->dev, run, 2 * p->steps);
+    int err = demo_run_pipeline(p, r, show ? on_step : NULL, &pg);
+    if (err != SW_OK)
+        return workload_failed(p, err); /* cmd_demo frees the arrays */
+    if (show)
+        progress_end_line();
+    demo_free_arrays(p);
+    /* Give everything back and let the device finish freeing it, so that
+     * the next run starts from the same empty device. */
+    TRY_OR_RETURN(sw_empty_cache(p->dev));
+    TRY_OR_RETURN(sw_device_synchronize(p->dev));
+    return 0;
+}
+
+/* Both runs, each repeated; r[i] keeps the fastest of its repeats, and
+ * every repeat must match the first run bit for bit. */
+static int run_pair(demo_pipeline *p, demo_run r[2], const demo_opts *d,
+                    bool show)
+{
+    demo_run t;
+    if (demo_run_init(&t, p, 0) != SW_OK) {
+        cli_mismatch("out of host memory for a run's hashes");
+        return 1;
+    }
+    int rc = 0;
+    for (unsigned long rep = 0; rc == 0 && rep < d->repeat; rep++) {
+        for (int i = 0; rc == 0 && i < 2; i++) {
+            bool first = rep == 0;
+            demo_run *dst = first ? &r[i] : &t;
+            dst->budget = r[i].budget;
+            if (show && first)
+                printf(i == 0 ? "\nrun 1: no budget, on a device that holds "
+                                "the live set\n"
+                              : "run 2: budget %s\n",
+                       cli_bytes(r[1].budget));
+            rc = (first && trace_begin(d, p->dev)) ||
+                 one_run(p, dst, i + 1, show && first) ||
+                 (first && trace_end(d, p->dev, i + 1));
+            if (rc == 0 && !first) {
+                rc = compare_runs(p, &r[0], &t);
+                if (t.wall_s < r[i].wall_s) { /* keep the fastest */
+                    uint64_t *h = r[i].hash, *sb = r[i].sum_bits;
+                    r[i] = t;
+                    t.hash = h;
+                    t.sum_bits = sb;
+                }
+            }
+        }
+    }
+    demo_run_destroy(&t);
+    if (rc == 0)
+        rc = compare_runs(p, &r[0], &r[1]);
+    return rc;
+}
+
+static void print_cost(const demo_run r[2], double rate)
+{
+    double copies = rate > 0 ? (double)(r[1].out_bytes + r[1].in_bytes) /
+                                   rate
+                             : 0;
+    printf("cost of the budget: %.3f s against %.3f s + %.3f s of copies "
+           "(%s moved at memcpy's\n%.2f GB/s in this process): ratio %.2f "
+           "(1.0: spilling costs exactly its copies;\nbelow 1.0: copies "
+           "hidden behind compute)\n",
+           r[1].wall_s, r[0].wall_s, copies,
+           cli_bytes(r[1].out_bytes + r[1].in_bytes), rate / 1e9,
+           cost_ratio(&r[0], &r[1], rate));
+}
+
+static void print_json(const demo_pipeline *p, const demo_run r[2],
+                       double rate)
+{
+    printf("{\"device\":\"%s\",\"steps\":%zu,\"array_bytes\":%zu,"
+           "\"live_bytes\":%" PRIu64 ",\"memcpy_bytes_per_s\":%.0f,"
+           "\"runs\":[",
+           sw_device_name(p->dev), p->steps, p->bytes, demo_live_bytes(p),
+           rate);
+    for (int i = 0; i < 2; i++)
+        printf("%s{\"budget\":%" PRIu64 ",\"wall_s\":%.6f,\"peak\":%" PRIu64
+               ",\"spills\":%" PRIu64 ",\"restores\":%" PRIu64
+               ",\"out_bytes\":%" PRIu64 ",\"in_bytes\":%" PRIu64
+               ",\"out_s\":%.6f,\"in_s\":%.6f}",
+               i ? "," : "", r[i].budget, r[i].wall_s, r[i].peak, r[i].spills,
+               r[i].restores, r[i].out_bytes, r[i].in_bytes, r[i].out_s,
+               r[i].in_s);
+    printf("],\"slowdown\":%.4f,\"ratio\":%.4f,\"bit_identical\":true}\n",
+           r[0].wall_s > 0 ? r[1].wall_s / r[0].wall_s : 1.0,
+           cost_ratio(&r[0], &r[1], rate));
+}
+
+static int demo_runs(demo_pipeline *p, demo_run r[2], const demo_opts *d)
 {
     print_plan(p, r[1].budget);
+    double rate = memcpy_rate(p->bytes);
     int err = demo_warm_up(p);
     if (err != SW_OK)
         return workload_failed(p, err);
-    for (int i = 0; i < 2; i++) {
-        if (i == 0)
-            printf("\nrun 1: no budget, on a device that holds the live "
-                   "set\n");
-        else
-            printf("run 2: budget %s\n", cli_bytes(r[1].budget));
-        progress pg;
-        progress_begin(&pg, p->dev, i + 1, 2 * p->steps);
-        err = demo_run_pipeline(p, &r[i], on_step, &pg);
-        if (err != SW_OK)
-            return workload_failed(p, err); /* cmd_demo frees the arrays */
-        progress_end_line();
-        demo_free_arrays(p);
-        /* Give everything back and let the device finish freeing it, so
-         * that run 2 starts from the same empty device as run 1. */
-        TRY_OR_RETURN(sw_empty_cache(p->dev));
-        TRY_OR_RETURN(sw_device_synchronize(p->dev));
+    if (run_pair(p, r, d, !quiet))
+        return 1;
+    if (quiet) {
+        if (check_budget_run(p, &r[1]))
+            return 1;
+        print_json(p, r, rate);
+        return check_clean(p->dev);
     }
     if (r[0].spills > 0)
         printf("note: run 1 spilled: the device could not hold the live "
                "set\n");
     print_table(p, r);
-    if (check_budget_run(p, &r[1]) || compare_runs(p, r))
+    if (check_budget_run(p, &r[1]))
         return 1;
+    print_cost(r, rate);
+    printf("bit-identical: yes (%zu arrays, %zu sums)%s\n", p->steps + 1,
+           p->steps, d->repeat > 1 ? " in every repeat" : "");
     return check_clean(p->dev);
+}
+
+/* ------------------------------------------------------------------------
+ * --sweep: lengths x budgets in one table
+ * ---------------------------------------------------------------------- */
+
+static int sweep(sw_device *dev, const demo_opts *d)
+{
+    static const size_t steps[] = {32, 128, 512};
+    static const unsigned fractions[] = {2, 4, 8}; /* live / budget */
+    if (!quiet)
+        printf("spillway %s demo --sweep on %s: %s\n\n%6s %10s %10s %7s "
+               "%8s %10s %9s %9s %9s %6s\n",
+               CLI_VERSION, sw_device_name(dev), sw_device_description(dev),
+               "steps", "live", "budget", "spills", "restores", "moved",
+               "no budget", "budget", "copies", "ratio");
+    else
+        printf("{\"device\":\"%s\",\"sweep\":[", sw_device_name(dev));
+    bool firstrow = true;
+    for (size_t si = 0; si < sizeof steps / sizeof steps[0]; si++) {
+        sw_memory_info mi;
+        TRY_OR_RETURN(sw_memory_info_get(dev, &mi));
+        size_t bytes = demo_array_bytes(&mi, steps[si]);
+        if (bytes == 0)
+            continue; /* the device is too small for this length */
+        demo_pipeline p;
+        demo_run r[2];
+        memset(r, 0, sizeof r);
+        int rc = demo_pipeline_init(&p, dev, steps[si], bytes) != SW_OK ||
+                 demo_run_init(&r[0], &p, 0) != SW_OK ||
+                 demo_run_init(&r[1], &p, 0) != SW_OK;
+        p.prefetch = !d->no_prefetch;
+        double rate = memcpy_rate(bytes);
+        if (rc == 0 && demo_warm_up(&p) != SW_OK)
+            rc = workload_failed(&p, SW_ERR_DEVICE);
+        for (size_t fi = 0; rc == 0 && fi < 3; fi++) {
+            uint64_t budget = demo_live_bytes(&p) / fractions[fi];
+            budget -= budget % bytes;
+            if (budget < DEMO_STEP_ARRAYS * bytes)
+                continue;
+            r[1].budget = budget;
+            bool was_quiet = quiet;
+            quiet = true; /* the table says it all */
+            rc = run_pair(&p, r, d, false) || check_budget_run(&p, &r[1]);
+            quiet = was_quiet;
+            if (rc)
+                break;
+            double copies = rate > 0 ? (double)(r[1].out_bytes +
+                                                r[1].in_bytes) / rate
+                                     : 0;
+            if (quiet)
+                printf("%s{\"steps\":%zu,\"live_bytes\":%" PRIu64
+                       ",\"budget\":%" PRIu64 ",\"spills\":%" PRIu64
+                       ",\"restores\":%" PRIu64 ",\"moved_bytes\":%" PRIu64
+                       ",\"plain_s\":%.6f,\"budget_s\":%.6f,"
+                       "\"copies_s\":%.6f,\"ratio\":%.4f}",
+                       firstrow ? "" : ",", steps[si], demo_live_bytes(&p),
+                       budget, r[1].spills, r[1].restores,
+                       r[1].out_bytes + r[1].in_bytes, r[0].wall_s,
+                       r[1].wall_s, copies, cost_ratio(&r[0], &r[1], rate));
+            else
+                printf("%6zu %10s %10s %7" PRIu64 " %8" PRIu64
+                       " %10s %8.3fs %8.3fs %8.3fs %6.2f\n",
+                       steps[si], cli_bytes(demo_live_bytes(&p)),
+                       cli_bytes(budget), r[1].spills, r[1].restores,
+                       cli_bytes(r[1].out_bytes + r[1].in_bytes),
+                       r[0].wall_s, r[1].wall_s, copies,
+                       cost_ratio(&r[0], &r[1], rate));
+            firstrow = false;
+        }
+        demo_pipeline_destroy(&p);
+        demo_run_destroy(&r[0]);
+        demo_run_destroy(&r[1]);
+        if (rc)
+            return 1;
+    }
+    if (quiet)
+        printf("]}\n");
+    else
+        printf("\nratio: the budgeted run's time over the unbudgeted one's "
+               "plus the bytes moved\nat memcpy speed (measured in this "
+               "process); every run bit-identical to its\nunbudgeted "
+               "twin.\n");
+    return check_clean(dev);
+}
+
+/* ------------------------------------------------------------------------
+ * The command
+ * ---------------------------------------------------------------------- */
+
+/* Take the demo's own options out of argv (the rest go to
+ * cli_parse_options); 0, or 2 after a usage error. */
+static int demo_own_options(const cli_command *self, int *argc, char **argv,
+                            demo_opts *d)
+{
+    int w = 0;
+    for (int i = 0; i < *argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--sweep") == 0) {
+            d->sweep = true;
+        } else if (strcmp(a, "--json") == 0) {
+            d->json = true;
+        } else if (strcmp(a, "--no-prefetch") == 0) {
+            d->no_prefetch = true;
+        } else if (strcmp(a, "--repeat") == 0 || strcmp(a, "--trace") == 0) {
+            if (i + 1 >= *argc)
+                return cli_usage_error(self, "%s needs a value", a);
+            const char *v = argv[++i];
+            if (a[2] == 't') {
+                d->trace_dir = v;
+            } else {
+                char *end;
+                unsigned long n = strtoul(v, &end, 10);
+                if (*end != '\0' || v[0] == '-' || n < 1 || n > 100)
+                    return cli_usage_error(self, "--repeat: '%s' is not a "
+                                           "number from 1 to 100", v);
+                d->repeat = n;
+            }
+        } else {
+            argv[w++] = argv[i];
+        }
+    }
+    *argc = w;
+    if (d->sweep && d->trace_dir != NULL)
+        return cli_usage_error(self, "--trace records one demo, not a "
+                               "--sweep");
+    return 0;
 }
 
 int cmd_demo(const cli_command *self, int argc, char **argv)
 {
+    demo_opts d = {.repeat = 3};
+    int rc = demo_own_options(self, &argc, argv, &d);
+    if (rc != 0)
+        return rc;
     cli_options o = {.count = DEMO_STEPS_DEFAULT};
-    int rc = cli_parse_options(self, argc, argv, "--steps", DEMO_STEPS_MIN,
-                               DEMO_STEPS_MAX, &o);
+    rc = cli_parse_options(self, argc, argv, "--steps", DEMO_STEPS_MIN,
+                           DEMO_STEPS_MAX, &o);
     if (rc != 0 || o.help)
         return rc;
+    quiet = d.json;
     sw_device *dev;
     if (cli_open_device(o.spec, &dev))
         return 1;
@@ -255,7 +605,13 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
     demo_run r[2];
     memset(&p, 0, sizeof p);
     memset(r, 0, sizeof r);
-    rc = demo_setup(dev, o.count, o.budget, &p, r) || demo_runs(&p, r);
+    if (d.sweep) {
+        rc = sweep(dev, &d);
+    } else {
+        rc = demo_setup(dev, o.count, o.budget, &p, r);
+        p.prefetch = !d.no_prefetch;
+        rc = rc || demo_runs(&p, r, &d);
+    }
 
     /* Whatever happened, free what is still held so the device closes. */
     demo_pipeline_destroy(&p);
@@ -267,7 +623,7 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
         cli_report("sw_device_close", err);
         rc = 1;
     }
-    if (rc == 0)
+    if (rc == 0 && !quiet)
         printf("\ndemo finished: %s closed, every output bit-identical\n",
                sw_device_name(dev));
     fflush(stdout);

@@ -74,6 +74,7 @@ int demo_pipeline_init(demo_pipeline *p, sw_device *dev, size_t steps,
     p->steps = steps;
     p->bytes = bytes;
     p->n = bytes / sizeof(float);
+    p->prefetch = true;
     p->x = calloc(steps, sizeof *p->x);
     p->host = malloc(bytes);
     if (p->x == NULL || p->host == NULL)
@@ -200,6 +201,12 @@ static int backward_step(demo_pipeline *p, size_t k, uint64_t *sum_bits)
 {
     sw_scalar a = {.f = weight(k)}, sum;
     int err;
+    /* The next step's array, brought back while this step computes (a
+     * no-op when it is resident). */
+    if (p->prefetch && k > 0 &&
+        (err = sw_buffer_prefetch(p->x[k - 1], NULL)) != SW_OK)
+        return op_failed(p, "backward", k, "sw_buffer_prefetch(x[k-1])",
+                         err);
     if ((err = sw_op_axpy(a, p->x[k], p->acc, SW_FLOAT32, p->n)) != SW_OK)
         return op_failed(p, "backward", k, "sw_op_axpy(acc += a * x[k])",
                          err);

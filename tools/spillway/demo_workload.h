@@ -12,7 +12,9 @@
  *
  *     acc += a_k * x[k];  checkpoint sum(acc)
  *
- * with sw_op_axpy and sw_op_sum.  The live set grows to N + 1 arrays while
+ * with sw_op_axpy and sw_op_sum, prefetching x[k-1] (sw_buffer_prefetch)
+ * before step k's work, so that the next restore's copy overlaps it.  The
+ * live set grows to N + 1 arrays while
  * a step uses at most four of them (and one operation at most two), so
  * under a budget of a quarter of the live set the early arrays are spilled
  * during the forward pass and restored, last out first in, by the backward
@@ -30,6 +32,7 @@
 
 #include "spillway.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,6 +53,7 @@ typedef struct demo_pipeline {
     sw_buffer **x;    /* x[0..N): every one lives until the run ends */
     sw_buffer *acc;   /* the backward pass's accumulator */
     float *host;      /* one array's worth: x[0]'s data, then read-backs */
+    bool prefetch;    /* the backward pass prefetches its next array */
     char failed[160]; /* after a failure: the call that failed */
 } demo_pipeline;
 

@@ -67,7 +67,17 @@ static const cli_command commands[] = {
             "  --steps N             forward steps, so arrays kept live, "
             CLI_STR(DEMO_STEPS_MIN) " to " CLI_STR(DEMO_STEPS_MAX) "\n"
             "                        (default " CLI_STR(DEMO_STEPS_DEFAULT)
-            "); as many backward steps follow\n",
+            "); as many backward steps follow\n"
+            "  --repeat N            run each N times, keep the fastest "
+            "(default 3)\n"
+            "  --sweep               32, 128 and 512 steps under budgets of "
+            "1/2, 1/4 and\n"
+            "                        1/8 of the live set, in one table\n"
+            "  --json                print the figures as one JSON object\n"
+            "  --trace DIR           write each run's memory history to "
+            "DIR/runN.json\n"
+            "                        (and its picture, with spillway plot)\n"
+            "  --no-prefetch         the backward pass does not prefetch\n",
         .notes = SIZE_NOTE,
     },
     {

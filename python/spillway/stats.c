@@ -1,0 +1,396 @@
+/*
+ * stats.c -- the memory API people already know from PyTorch and CuPy:
+ * memory_stats() (a dict, flat names and PyTorch's dotted ones),
+ * reset_accumulated_memory_stats(), mem_get_info(), memory_snapshot()
+ * (every live buffer), and budgets as people write them ("512M", 0.5).
+ */
+#include "device.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------
+ * Budgets as written
+ * ---------------------------------------------------------------------- */
+
+static int budget_from_int(PyObject *obj, uint64_t *out)
+{
+    PyObject *idx = PyNumber_Index(obj);
+    if (idx == NULL)
+        return -1;
+    int overflow = 0;
+    long long sv = PyLong_AsLongLongAndOverflow(idx, &overflow);
+    if (overflow < 0 || (overflow == 0 && sv < 0)) {
+        Py_DECREF(idx);
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError,
+                         "a memory budget cannot be negative (%R bytes); "
+                         "None removes the budget",
+                         obj);
+        return -1;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(idx);
+    Py_DECREF(idx);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "memory budget %R is too large",
+                         obj);
+        }
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A fraction of the device's memory, as the driver states its size. */
+static int budget_from_fraction(sw_py_state *st, PyObject *obj,
+                                DeviceObject *d, uint64_t *out)
+{
+    double f = PyFloat_AsDouble(obj);
+    if (f == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!(f > 0.0 && f <= 1.0)) { /* NaN too */
+        PyErr_Format(PyExc_ValueError,
+                     "a memory budget given as a float is a fraction of the "
+                     "device's memory, in (0, 1], not %R (give bytes as an "
+                     "int, or a size such as '512M')",
+                     obj);
+        return -1;
+    }
+    sw_memory_info info;
+    int rc;
+    SW_PY_DEVICE_CALL(d, rc, sw_memory_info_get(dev_, &info));
+    if (rc != SW_OK) {
+        sw_py_raise(st, rc);
+        return -1;
+    }
+    if (info.device_total == 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "%U does not say how much memory it has: give the "
+                     "budget in bytes",
+                     d->name);
+        return -1;
+    }
+    double b = floor(f * (double)info.device_total);
+    *out = b < 1.0 ? 1 : (uint64_t)b; /* 0 would mean no budget */
+    return 0;
+}
+
+int sw_py_parse_budget(sw_py_state *st, PyObject *obj, DeviceObject *d,
+                       uint64_t *out)
+{
+    *out = 0;
+    if (obj == Py_None)
+        return 0;
+    if (PyBool_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "set_memory_budget() takes bytes (an int), a size "
+                        "('512M'), a fraction of the device (0.5) or None, "
+                        "not a bool");
+        return -1;
+    }
+    if (PyUnicode_Check(obj)) {
+        const char *s = PyUnicode_AsUTF8(obj);
+        if (s == NULL)
+            return -1;
+        uint64_t v = 0;
+        int rc;
+        NOGIL(rc = sw_parse_size(s, &v));
+        if (rc != SW_OK) {
+            sw_py_raise(st, rc);
+            return -1;
+        }
+        *out = v;
+        return 0;
+    }
+    if (PyIndex_Check(obj) && !PyFloat_Check(obj))
+        return budget_from_int(obj, out);
+    if (PyFloat_Check(obj) || (Py_TYPE(obj)->tp_as_number != NULL &&
+                               Py_TYPE(obj)->tp_as_number->nb_float != NULL &&
+                               !PySequence_Check(obj)))
+        return budget_from_fraction(st, obj, d, out);
+    PyErr_Format(PyExc_TypeError,
+                 "set_memory_budget() takes bytes (an int), a size ('512M'), "
+                 "a fraction of the device (0.5) or None, not %.100s",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+/* ------------------------------------------------------------------------
+ * memory_stats, reset_accumulated_memory_stats, mem_get_info
+ * ---------------------------------------------------------------------- */
+
+static DeviceObject *device_arg(PyObject *m, const char *fname,
+                                PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+    static const char *const names[] = {"device"};
+    PyObject *v[1];
+    if (sw_py_parse_args(fname, args, nargs, kwnames, names, 1, 1, 0, v) < 0)
+        return NULL;
+    return sw_py_resolve_device(sw_py_module_state(m), v[0]);
+}
+
+static int info_of(sw_py_state *st, DeviceObject *d, sw_memory_info *info)
+{
+    int rc;
+    SW_PY_DEVICE_CALL(d, rc, sw_memory_info_get(dev_, info));
+    if (rc != SW_OK) {
+        sw_py_raise(st, rc);
+        return -1;
+    }
+    return 0;
+}
+
+static int put_u(PyObject *dict, const char *key, uint64_t v)
+{
+    PyObject *o = PyLong_FromUnsignedLongLong(v);
+    int rc = o ? PyDict_SetItemString(dict, key, o) : -1;
+    Py_XDECREF(o);
+    return rc;
+}
+
+static int put_f(PyObject *dict, const char *key, double v)
+{
+    PyObject *o = PyFloat_FromDouble(v);
+    int rc = o ? PyDict_SetItemString(dict, key, o) : -1;
+    Py_XDECREF(o);
+    return rc;
+}
+
+static int put_opt(PyObject *dict, const char *key, int known, uint64_t v)
+{
+    if (!known)
+        return PyDict_SetItemString(dict, key, Py_None);
+    return put_u(dict, key, v);
+}
+
+/* Flat names: memory_info's fields and a few more; dotted names: PyTorch's
+ * torch.cuda.memory_stats() keys for the same figures, so that code
+ * written against PyTorch reads spillway's unchanged.  docs/python.md has
+ * the table. */
+static PyObject *stats_dict(const sw_memory_info *m)
+{
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return NULL;
+    uint64_t reserved = m->in_use + m->cached;
+    int bad =
+        put_u(d, "in_use", m->in_use) < 0 || put_u(d, "peak", m->peak) < 0 ||
+        put_u(d, "cached", m->cached) < 0 ||
+        put_u(d, "spilled", m->spilled) < 0 ||
+        put_opt(d, "device_free", m->device_free_known, m->device_free) < 0 ||
+        put_opt(d, "device_total", m->device_total != 0, m->device_total) <
+            0 ||
+        put_opt(d, "budget", m->budget != 0, m->budget) < 0 ||
+        put_u(d, "allocs", m->allocs) < 0 || put_u(d, "frees", m->frees) < 0 ||
+        put_u(d, "spills", m->spills) < 0 ||
+        put_u(d, "restores", m->restores) < 0 ||
+        put_u(d, "spilled_bytes_total", m->spilled_bytes_total) < 0 ||
+        put_u(d, "restored_bytes_total", m->restored_bytes_total) < 0 ||
+        put_f(d, "spill_seconds", m->spill_seconds) < 0 ||
+        put_f(d, "restore_seconds", m->restore_seconds) < 0 ||
+        put_u(d, "alloc_retries", m->alloc_retries) < 0 ||
+        put_u(d, "ooms", m->ooms) < 0 || put_u(d, "gc_runs", m->gc_runs) < 0 ||
+        put_u(d, "reserved", reserved) < 0 ||
+        put_u(d, "max_reserved", m->peak_reserved) < 0 ||
+        put_u(d, "live_buffers", m->live_buffers) < 0 ||
+        put_u(d, "num_alloc_retries", m->alloc_retries) < 0 ||
+        put_u(d, "num_ooms", m->ooms) < 0 ||
+        put_u(d, "num_spills", m->spills) < 0 ||
+        put_u(d, "num_restores", m->restores) < 0 ||
+        put_u(d, "allocated_bytes.all.current", m->in_use) < 0 ||
+        put_u(d, "allocated_bytes.all.peak", m->peak) < 0 ||
+        put_u(d, "reserved_bytes.all.current", reserved) < 0 ||
+        put_u(d, "reserved_bytes.all.peak", m->peak_reserved) < 0 ||
+        put_u(d, "allocation.all.current", m->live_buffers) < 0 ||
+        put_u(d, "allocation.all.allocated", m->allocs) < 0 ||
+        put_u(d, "allocation.all.freed", m->frees) < 0;
+    if (bad)
+        Py_CLEAR(d);
+    return d;
+}
+
+static PyObject *mod_memory_stats(PyObject *m, PyObject *const *args,
+                                  Py_ssize_t nargs, PyObject *kwnames)
+{
+    sw_py_state *st = sw_py_module_state(m);
+    DeviceObject *d = device_arg(m, "memory_stats", args, nargs, kwnames);
+    if (d == NULL)
+        return NULL;
+    sw_memory_info info;
+    int rc = info_of(st, d, &info);
+    Py_DECREF(d);
+    return rc < 0 ? NULL : stats_dict(&info);
+}
+
+static PyObject *mod_reset_accumulated(PyObject *m, PyObject *const *args,
+                                       Py_ssize_t nargs, PyObject *kwnames)
+{
+    sw_py_state *st = sw_py_module_state(m);
+    DeviceObject *d = device_arg(m, "reset_accumulated_memory_stats", args,
+                                 nargs, kwnames);
+    if (d == NULL)
+        return NULL;
+    int rc;
+    SW_PY_DEVICE_CALL(d, rc, sw_reset_counters(dev_));
+    Py_DECREF(d);
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    Py_RETURN_NONE;
+}
+
+/* (free, total) as torch.cuda.mem_get_info: the driver's view.  A driver
+ * that cannot tell what is free (OpenCL) gets total minus what spillway
+ * holds there, the best the process knows. */
+static PyObject *mod_mem_get_info(PyObject *m, PyObject *const *args,
+                                  Py_ssize_t nargs, PyObject *kwnames)
+{
+    sw_py_state *st = sw_py_module_state(m);
+    DeviceObject *d = device_arg(m, "mem_get_info", args, nargs, kwnames);
+    if (d == NULL)
+        return NULL;
+    sw_memory_info info;
+    int rc = info_of(st, d, &info);
+    PyObject *name = Py_NewRef(d->name);
+    Py_DECREF(d);
+    if (rc < 0) {
+        Py_DECREF(name);
+        return NULL;
+    }
+    if (info.device_total == 0) {
+        PyErr_Format(PyExc_NotImplementedError,
+                     "%U's driver tells neither its free nor its total "
+                     "memory",
+                     name);
+        Py_DECREF(name);
+        return NULL;
+    }
+    Py_DECREF(name);
+    uint64_t held = info.in_use + info.cached;
+    uint64_t free_ = info.device_free_known ? info.device_free
+                     : held < info.device_total ? info.device_total - held
+                                                : 0;
+    return Py_BuildValue("(KK)", (unsigned long long)free_,
+                         (unsigned long long)info.device_total);
+}
+
+/* ------------------------------------------------------------------------
+ * memory_snapshot
+ * ---------------------------------------------------------------------- */
+
+static PyObject *buffer_dict(const sw_buffer_info *b, PyObject *devname)
+{
+    int nq = 0;
+    for (int k = 0; k < 64; k++)
+        nq += (b->queues >> k) & 1u;
+    PyObject *queues = PyTuple_New(nq);
+    for (int k = 0, i = 0; queues != NULL && k < 64; k++) {
+        if (!((b->queues >> k) & 1u))
+            continue;
+        PyObject *q = PyLong_FromLong(k);
+        if (q == NULL) {
+            Py_CLEAR(queues);
+            break;
+        }
+        PyTuple_SET_ITEM(queues, i++, q);
+    }
+    if (queues == NULL)
+        return NULL;
+    PyObject *tag = b->tag[0] ? PyUnicode_DecodeUTF8(b->tag, (Py_ssize_t)
+                                                     strlen(b->tag),
+                                                     "replace")
+                              : Py_NewRef(Py_None);
+    if (tag == NULL) {
+        Py_DECREF(queues);
+        return NULL;
+    }
+    PyObject *r = Py_BuildValue(
+        "{sKsNsKsKsssOsOsOsIsIsOsIsIsKsNsO}", "id", (unsigned long long)b->id,
+        "tag", tag, "size", (unsigned long long)b->size, "alloc_size",
+        (unsigned long long)b->alloc_size, "state",
+        b->state == SW_SPILLED ? "spilled" : "resident", "external",
+        b->external ? Py_True : Py_False, "moving",
+        b->moving ? Py_True : Py_False, "exposed",
+        b->leases ? Py_True : Py_False, "pins", (unsigned)b->pins, "leases",
+        (unsigned)b->leases, "pinned", b->pins ? Py_True : Py_False, "views",
+        (unsigned)b->views, "handles", (unsigned)b->handles, "last_use",
+        (unsigned long long)b->last_use, "queues", queues, "device",
+        devname);
+    return r;
+}
+
+static PyObject *mod_memory_snapshot(PyObject *m, PyObject *const *args,
+                                     Py_ssize_t nargs, PyObject *kwnames)
+{
+    sw_py_state *st = sw_py_module_state(m);
+    DeviceObject *d = device_arg(m, "memory_snapshot", args, nargs, kwnames);
+    if (d == NULL)
+        return NULL;
+    sw_buffer_info *bufs = NULL;
+    size_t cap = 0, count = 0;
+    int rc;
+    /* Buffers come and go between calls: ask again until it all fit. */
+    for (;;) {
+        SW_PY_DEVICE_CALL(d, rc, sw_memory_snapshot(dev_, bufs, cap, &count));
+        if (rc != SW_OK || count <= cap)
+            break;
+        PyMem_RawFree(bufs);
+        cap = count + count / 4 + 8;
+        bufs = PyMem_RawMalloc(cap * sizeof *bufs);
+        if (bufs == NULL) {
+            Py_DECREF(d);
+            return PyErr_NoMemory();
+        }
+    }
+    PyObject *list = NULL;
+    if (rc != SW_OK) {
+        sw_py_raise(st, rc);
+    } else if ((list = PyList_New((Py_ssize_t)count)) != NULL) {
+        for (size_t i = 0; i < count; i++) {
+            PyObject *b = buffer_dict(&bufs[i], d->name);
+            if (b == NULL) {
+                Py_CLEAR(list);
+                break;
+            }
+            PyList_SET_ITEM(list, (Py_ssize_t)i, b);
+        }
+    }
+    PyMem_RawFree(bufs);
+    Py_DECREF(d);
+    return list;
+}
+
+static PyMethodDef stats_methods[] = {
+    FASTKW("memory_stats", mod_memory_stats,
+           "memory_stats(device=None)\n--\n\nA dict of the device's figures: "
+           "every field of memory_info(), reserved (in_use + cached), "
+           "max_reserved, live_buffers, num_alloc_retries, num_ooms, "
+           "num_spills, num_restores, and PyTorch's dotted names for the "
+           "same figures ('allocated_bytes.all.current', ...)."),
+    FASTKW("reset_accumulated_memory_stats", mod_reset_accumulated,
+           "reset_accumulated_memory_stats(device=None)\n--\n\nZero the "
+           "counters (allocs, frees, spills, restores, bytes and seconds "
+           "moved, retries, ooms, gc_runs); in_use, cached, spilled and the "
+           "peaks stay."),
+    FASTKW("mem_get_info", mod_mem_get_info,
+           "mem_get_info(device=None)\n--\n\n(free, total) bytes of the "
+           "device, as its driver says (torch.cuda.mem_get_info); where the "
+           "driver cannot tell what is free, total minus what spillway "
+           "holds."),
+    FASTKW("memory_snapshot", mod_memory_snapshot,
+           "memory_snapshot(device=None)\n--\n\nEvery live buffer of the "
+           "device, most recently allocated first, as dicts: id, tag, size, "
+           "alloc_size, state ('resident' or 'spilled'), external, moving, "
+           "exposed, pins, pinned, leases, views, handles, last_use, queues "
+           "(ids of the queues other than the default that used it), "
+           "device."),
+    {NULL, NULL, 0, NULL},
+};
+
+int sw_py_stats_setup(PyObject *m, sw_py_state *st)
+{
+    (void)st;
+    return PyModule_AddFunctions(m, stats_methods);
+}
