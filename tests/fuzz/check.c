@@ -225,38 +225,27 @@ void fz_check_bytes(fz_engine *e, int i)
     }
 }
 
-static bool is_nan_bits(const unsigned char *p, size_t es)
-{
-    if (es == 4) {
-        float f;
-        memcpy(&f, p, 4);
-        return isnan(f);
-    }
-    double x;
-    memcpy(&x, p, 8);
-    return isnan(x);
-}
-
 void fz_adopt_nans(fz_engine *e, int i, size_t off, size_t n, sw_dtype d)
 {
-    if (d != SW_FLOAT32 && d != SW_FLOAT64)
+    size_t ps = fz_float_part(d);
+    if (ps == 0)
         return;
-    size_t es = sw_dtype_size(d);
+    size_t bytes = n * sw_dtype_size(d);
     fz_buf *b = &e->buf[i];
     unsigned char *want = fz_bytes(e, b->alloc, b->off + off);
     bool any = false;
-    for (size_t k = 0; k < n && !any; k++)
-        any = is_nan_bits(want + k * es, es);
+    for (size_t k = 0; k < bytes && !any; k += ps)
+        any = fz_part_is_nan(d, want + k);
     if (!any)
         return;
-    int rc = fz_read(e, b->h, off, e->tmp, n * es);
+    int rc = fz_read(e, b->h, off, e->tmp, bytes);
     if (rc != SW_OK)
         fz_fail(e->w, e, "reading back NaN results: %s", fz_err(rc));
-    for (size_t k = 0; k < n; k++) {
-        unsigned char *w = want + k * es, *g = e->tmp + k * es;
-        if (memcmp(w, g, es) != 0 && is_nan_bits(w, es) &&
-            is_nan_bits(g, es)) {
-            memcpy(w, g, es);
+    for (size_t k = 0; k < bytes; k += ps) {
+        unsigned char *w = want + k, *g = e->tmp + k;
+        if (memcmp(w, g, ps) != 0 && fz_part_is_nan(d, w) &&
+            fz_part_is_nan(d, g)) {
+            memcpy(w, g, ps);
             atomic_fetch_add(&e->w->stats.nan_adopted, 1);
         }
     }

@@ -516,12 +516,26 @@ fz_expect fz_expect_for(fz_engine *e, const int *slots, int n);
  * does not, its launches being queued behind it) (ops_lease.c). */
 void fz_check_devmem(fz_engine *e, int i, sw_devmem m, const char *what,
                      bool bytes);
-/* The shadow's built-in kernels and the sum's check (ops_kernel.c). */
+/* The shadow's element arithmetic on every dtype (elements.c): the
+ * built-in kernels, a scalar as one element, float16/bfloat16, NaN parts,
+ * and the check of a sum (8 bytes, 16 for complex; rewritten with the
+ * bits to keep). */
 void fz_apply_kernel(sw_kernel k, sw_dtype d, size_t n, unsigned char *out,
                      const unsigned char *a, const unsigned char *b,
                      sw_scalar alpha);
 int fz_check_sum(fz_engine *e, sw_dtype d, const unsigned char *a, size_t n,
-                 int devi, unsigned char got[8]);
+                 int devi, unsigned char got[16]);
+size_t fz_element_bytes(sw_dtype d, sw_scalar v, unsigned char out[16]);
+float fz_f16_to_float(uint16_t h);
+uint16_t fz_f16_from_double(double x);
+float fz_bf16_to_float(uint16_t b);
+uint16_t fz_bf16_from_double(double x);
+/* Bytes of one float part of dtype d (a complex's half; 0: no floats). */
+size_t fz_float_part(sw_dtype d);
+bool fz_part_is_nan(sw_dtype d, const unsigned char *p);
+/* Any of the SW_DTYPE_COUNT dtypes, and a scalar of its kind (ops_kernel.c). */
+sw_dtype fz_draw_dtype(fz_src *s);
+sw_scalar fz_draw_scalar(fz_src *s, sw_dtype d);
 
 /* A known divergence (index k of FZ_KNOWN_*): tolerated and counted when
  * its switch is 1, reported when 0. */

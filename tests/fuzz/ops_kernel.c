@@ -1,24 +1,12 @@
 /*
- * ops_kernel.c -- the sw_op_* kernels on float32, float64, int32 and int64,
- * on the default queue or a queue of the engine's, and the shadow's copy
- * of the built-in kernels.
+ * ops_kernel.c -- the sw_op_* kernels on every dtype (bool's arithmetic is
+ * SW_ERR_DTYPE), on the default queue or a queue of the engine's; the
+ * shadow's arithmetic is elements.c's.
  *
- * The shadow computes what the header says each kernel computes, element
- * by element in the element's own precision: integers in unsigned types of
- * their width (arithmetic wraps); floats as one IEEE operation each, with
- * alpha rounded to the element type first and no contraction (a*x + y
- * rounds twice: every backend builds its kernels that way -- OpenCL
- * FP_CONTRACT OFF, NVRTC --fmad=false, the sim in C without FMA).  So
- * fill, copy, add, scale and axpy results are compared exactly, but for
- * NaNs: IEEE 754 leaves the payload of a NaN result open, so where both
- * the shadow and the device hold a NaN the device's bits are adopted
- * (counted as "NaN results adopted").
- *
- * Sums reduce in a fixed order that is the backend's own (sequential on
- * the sim, a tree on OpenCL and CUDA): integer sums are exact in any
- * order and compared exactly; float sums are compared exactly on the sim
- * (whose order the shadow uses) and elsewhere within the error bound of
- * any summation order, n * eps * sum|x|, then adopted.
+ * Fill, copy, add, scale and axpy results are compared exactly, but for
+ * NaNs (their payload is open: both NaN, the device's bits are adopted).
+ * Sums: integers exactly, floats exactly on the sim (its order is the
+ * shadow's) and elsewhere within any summation order's error bound.
  */
 #include "model.h"
 
@@ -32,162 +20,39 @@
 #endif
 
 /* ------------------------------------------------------------------------
- * The shadow's kernels
- * ---------------------------------------------------------------------- */
-
-#define EW(T, ALPHA)                                                          \
-    for (size_t i = 0; i < n; i++) {                                          \
-        T x, y = 0, o;                                                        \
-        memcpy(&x, a + i * sizeof(T), sizeof(T));                             \
-        if (k == SW_KERNEL_ADD)                                               \
-            memcpy(&y, b + i * sizeof(T), sizeof(T));                         \
-        memcpy(&o, out + i * sizeof(T), sizeof(T));                           \
-        T al = (ALPHA);                                                       \
-        if (k == SW_KERNEL_ADD) {                                             \
-            o = x + y;                                                        \
-        } else if (k == SW_KERNEL_SCALE) {                                    \
-            o = al * x;                                                       \
-        } else {                                                              \
-            T t = al * x;                                                     \
-            o = t + o;                                                        \
-        }                                                                     \
-        memcpy(out + i * sizeof(T), &o, sizeof(T));                           \
-    }
-
-static void scalar_bytes(sw_dtype d, sw_scalar v, unsigned char *p)
-{
-    switch (d) {
-    case SW_FLOAT32: {
-        float f = (float)v.f;
-        memcpy(p, &f, 4);
-        break;
-    }
-    case SW_FLOAT64: memcpy(p, &v.f, 8); break;
-    case SW_INT32: {
-        uint32_t u = (uint32_t)(uint64_t)v.i;
-        memcpy(p, &u, 4);
-        break;
-    }
-    default: memcpy(p, &v.i, 8); break;
-    }
-}
-
-void fz_apply_kernel(sw_kernel k, sw_dtype d, size_t n, unsigned char *out,
-                     const unsigned char *a, const unsigned char *b,
-                     sw_scalar alpha)
-{
-    size_t es = sw_dtype_size(d);
-    switch (k) {
-    case SW_KERNEL_FILL: {
-        unsigned char p[8];
-        scalar_bytes(d, alpha, p);
-        for (size_t i = 0; i < n; i++)
-            memcpy(out + i * es, p, es);
-        return;
-    }
-    case SW_KERNEL_COPY:
-        memmove(out, a, n * es);
-        return;
-    case SW_KERNEL_SUM:
-        return; /* fz_check_sum */
-    default:
-        break;
-    }
-    switch (d) {
-    case SW_FLOAT32: EW(float, (float)alpha.f) break;
-    case SW_FLOAT64: EW(double, alpha.f) break;
-    case SW_INT32: EW(uint32_t, (uint32_t)(uint64_t)alpha.i) break;
-    default: EW(uint64_t, (uint64_t)alpha.i) break;
-    }
-}
-
-/* Compares a device sum (8 bytes, as the kernel stores them) with the
- * shadow's; rewrites got with the bits to keep.  Returns 0, or -1 after a
- * report. */
-int fz_check_sum(fz_engine *e, sw_dtype d, const unsigned char *a, size_t n,
-                 int devi, unsigned char got[8])
-{
-    size_t es = sw_dtype_size(d);
-    if (d == SW_INT32 || d == SW_INT64) {
-        uint64_t sum = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (d == SW_INT32) {
-                int32_t v;
-                memcpy(&v, a + i * es, 4);
-                sum += (uint64_t)(int64_t)v;
-            } else {
-                uint64_t v;
-                memcpy(&v, a + i * es, 8);
-                sum += v;
-            }
-        }
-        uint64_t g;
-        memcpy(&g, got, 8);
-        if (g != sum) {
-            fz_fail(e->w, e, "integer sum of %zu elements: device %" PRIu64
-                    ", shadow %" PRIu64, n, g, sum);
-            return -1;
-        }
-        return 0;
-    }
-    double seq = 0.0, mag = 0.0;
-    bool any_nan = false;
-    for (size_t i = 0; i < n; i++) {
-        double x;
-        if (d == SW_FLOAT32) {
-            float f;
-            memcpy(&f, a + i * es, 4);
-            x = (double)f;
-        } else {
-            memcpy(&x, a + i * es, 8);
-        }
-        any_nan |= isnan(x);
-        seq += x;
-        mag += fabs(x);
-    }
-    double g;
-    memcpy(&g, got, 8);
-    if (any_nan || isnan(seq)) {
-        if (!isnan(g) && !isinf(mag)) {
-            fz_fail(e->w, e, "float sum of %zu elements with a NaN: device "
-                    "%a", n, g);
-            return -1;
-        }
-    } else if (e->w->is_sim[devi]) {
-        if (memcmp(&g, &seq, 8) != 0) {
-            fz_fail(e->w, e, "float sum on the sim (sequential): device %a,"
-                    " shadow %a", g, seq);
-            return -1;
-        }
-    } else if (isfinite(mag)) {
-        double eps = d == SW_FLOAT32 ? 0x1p-23 : 0x1p-52;
-        double bound = ((double)n + 2.0) * eps * mag + 0x1p-1070;
-        if (!(fabs(g - seq) <= bound)) {
-            fz_fail(e->w, e, "float sum of %zu elements: device %a, "
-                    "sequential %a, beyond any order's error %a", n, g, seq,
-                    bound);
-            return -1;
-        }
-    }
-    if (memcmp(&g, &seq, 8) != 0)
-        atomic_fetch_add(&e->w->stats.sum_adopted, 1);
-    return 0;
-}
-
-/* ------------------------------------------------------------------------
  * Ops
  * ---------------------------------------------------------------------- */
 
-static sw_scalar draw_alpha(fz_src *s, sw_dtype d)
+sw_dtype fz_draw_dtype(fz_src *s)
+{
+    /* Half the draws on the four dtypes every backend has always had. */
+    uint8_t k = fz_u8(s);
+    return (sw_dtype)(k < 128 ? k % 4 : k % SW_DTYPE_COUNT);
+}
+
+static double draw_float(fz_src *s)
+{
+    static const double vals[] = {0.0, 1.0, -1.0, 0.5, 2.0, 3.0,
+                                  -0.0, 1e-3, 1e30, NAN, INFINITY, 1e-40,
+                                  0.1, -7.25, 1e300, 65504.0, 65520.0,
+                                  1e-7, 6e-8, 3.0e38};
+    uint8_t k = fz_u8(s);
+    return k < 200 ? vals[k % 20] : (double)(int32_t)fz_u32(s) / 7.0;
+}
+
+sw_scalar fz_draw_scalar(fz_src *s, sw_dtype d)
 {
     sw_scalar v;
-    uint8_t k = fz_u8(s);
-    if (d == SW_FLOAT32 || d == SW_FLOAT64) {
-        static const double vals[] = {0.0, 1.0, -1.0, 0.5, 2.0, 3.0,
-                                      -0.0, 1e-3, 1e30, NAN, INFINITY, 1e-40,
-                                      0.1, -7.25, 1e300, 65504.0};
-        v.f = k < 200 ? vals[k % 16] : (double)(int32_t)fz_u32(s) / 7.0;
+    memset(&v, 0, sizeof v);
+    sw_dtype_kind kind = SW_KIND_INT;
+    (void)sw_dtype_kind_get(d, &kind);
+    if (kind == SW_KIND_FLOAT) {
+        v.f = draw_float(s);
+    } else if (kind == SW_KIND_COMPLEX) {
+        v.c.re = draw_float(s);
+        v.c.im = draw_float(s);
     } else {
+        uint8_t k = fz_u8(s);
         v.i = k < 128 ? (int64_t)(k % 9) - 4 : (int64_t)fz_u64(s);
     }
     return v;
@@ -213,7 +78,7 @@ static bool misaligned(fz_engine *e, int i, size_t es)
 
 static bool op_elementwise(fz_engine *e, fz_src *s, sw_kernel k)
 {
-    sw_dtype d = (sw_dtype)fz_below(s, 4);
+    sw_dtype d = fz_draw_dtype(s);
     size_t es = sw_dtype_size(d);
     int oi = fz_pick_buf(e, s, true);
     if (oi < 0)
@@ -241,11 +106,14 @@ static bool op_elementwise(fz_engine *e, fz_src *s, sw_kernel k)
     if ((ai >= 0 && partial_overlap(e, oi, ai, n * es)) ||
         (bi >= 0 && partial_overlap(e, oi, bi, n * es)))
         return false; /* racy on a GPU: the header promises nothing */
-    sw_scalar alpha = draw_alpha(s, d);
+    sw_scalar alpha = fz_draw_scalar(s, d);
     int q = fz_u8(s) < 96 ? fz_pick_queue(e, s, devi) : -1;
-    bool bad = n > 0 && k != SW_KERNEL_FILL &&
-               (misaligned(e, oi, es) || misaligned(e, ai, es) ||
-                (bi >= 0 && misaligned(e, bi, es)));
+    /* bool has fill, copy and sum only: checked before the operands. */
+    bool nodtype = d == SW_BOOL && k != SW_KERNEL_FILL;
+    bool bad = nodtype ||
+               (n > 0 && k != SW_KERNEL_FILL &&
+                (misaligned(e, oi, es) || misaligned(e, ai, es) ||
+                 (bi >= 0 && misaligned(e, bi, es))));
     int slots[3] = {oi, ai, bi};
     int nslots = bi >= 0 ? 3 : ai >= 0 ? 2 : 1;
     fz_snapshot snap;
@@ -254,7 +122,7 @@ static bool op_elementwise(fz_engine *e, fz_src *s, sw_kernel k)
     fz_expect ex = bad ? FZ_ERR : fz_expect_for(e, slots, nslots);
     fz_note(e, "%s %s n=%zu out %d a %d b %d%s%s", sw_kernel_name(k),
             sw_dtype_name(d), n, oi, ai, bi, q >= 0 ? " on a queue" : "",
-            bad ? " (misaligned)" : "");
+            nodtype ? " (not for bool)" : bad ? " (misaligned)" : "");
     if (!bad)
         fz_order_before(e, devi, q, slots, nslots);
     sw_queue *qh = q >= 0 ? e->queue[devi][q].q : NULL;
@@ -278,7 +146,8 @@ static bool op_elementwise(fz_engine *e, fz_src *s, sw_kernel k)
                 : sw_op_axpy(alpha, a, o, d, n);
         break;
     }
-    if (!fz_result(e, sw_kernel_name(k), rc, ex, SW_ERR_INVALID_ARG,
+    if (!fz_result(e, sw_kernel_name(k), rc, ex,
+                   nodtype ? SW_ERR_DTYPE : SW_ERR_INVALID_ARG,
                    bad ? &snap : NULL))
         return true;
     fz_order_after(e, devi, q, slots, nslots);
@@ -299,7 +168,7 @@ static bool op_elementwise(fz_engine *e, fz_src *s, sw_kernel k)
 
 static bool op_sum(fz_engine *e, fz_src *s)
 {
-    sw_dtype d = (sw_dtype)fz_below(s, 4);
+    sw_dtype d = fz_draw_dtype(s);
     size_t es = sw_dtype_size(d);
     int ai = fz_pick_buf(e, s, false);
     if (ai < 0)
@@ -318,7 +187,7 @@ static bool op_sum(fz_engine *e, fz_src *s)
     fz_note(e, "sum %s n=%zu of handle %d%s", sw_dtype_name(d), n, ai,
             bad ? " (misaligned)" : "");
     sw_scalar out;
-    out.i = 0x5A5A;
+    memset(&out, 0x5A, sizeof out);
     e->may_spill = true; /* with no scratch memory, a temporary buffer */
     int rc = sw_op_sum(b->h, d, n, &out);
     /* Every scratch slot busy (never, with one engine) or no scratch
@@ -339,13 +208,14 @@ static bool op_sum(fz_engine *e, fz_src *s)
     if (!fz_result(e, "sw_op_sum", rc,
                    bad ? FZ_ERR : fz_expect_for(e, slots, 1),
                    SW_ERR_INVALID_ARG, bad ? &snap : NULL)) {
-        if (out.i != 0)
+        static const sw_scalar zero;
+        if (memcmp(&out, &zero, sizeof out) != 0)
             fz_fail(e->w, e, "a failed sw_op_sum left *out set");
         return true;
     }
     fz_order_after(e, devi, -1, slots, 1);
-    unsigned char got[8];
-    memcpy(got, &out, 8);
+    unsigned char got[16];
+    memcpy(got, &out, 16);
     fz_check_sum(e, d, fz_bytes(e, b->alloc, b->off), n, devi, got);
     if (n > 0)
         fz_expect_resident(e, ai, "a sum");

@@ -94,7 +94,7 @@ static bool op_kernel(fz_engine *e, fz_src *s)
                     "(%s)", l, k, fz_err(rc));
     }
     sw_kernel k = (sw_kernel)fz_below(s, 6);
-    sw_dtype d = (sw_dtype)fz_below(s, 4);
+    sw_dtype d = fz_draw_dtype(s);
     size_t es = sw_dtype_size(d);
     if (!(e->dm[ln->devi].dtypes >> d & 1u))
         return false;
@@ -108,7 +108,9 @@ static bool op_kernel(fz_engine *e, fz_src *s)
     if (k != SW_KERNEL_SUM &&
         (e->alloc[bo->alloc].readonly || e->alloc[r].readonly))
         return false;
-    if (k == SW_KERNEL_SUM && (bo->size < 8 || e->alloc[bo->alloc].readonly ||
+    size_t sum_bytes = d == SW_COMPLEX64 || d == SW_COMPLEX128 ? 16 : 8;
+    if (k == SW_KERNEL_SUM && (bo->size < sum_bytes ||
+                               e->alloc[bo->alloc].readonly ||
                                e->alloc[r].readonly))
         return false;
     size_t nmax = k == SW_KERNEL_SUM ? ba->size / es : bo->size / es;
@@ -148,16 +150,12 @@ static bool op_kernel(fz_engine *e, fz_src *s)
         args.a = ln->ptr[a];
     if (k == SW_KERNEL_ADD)
         args.b = ln->ptr[b];
-    uint64_t bits = fz_u64(s);
-    if (d == SW_FLOAT32 || d == SW_FLOAT64) {
-        double v;
-        memcpy(&v, &bits, 8);
-        args.alpha.f = (bits & 3) ? (double)(int8_t)(bits >> 8) / 4.0 : v;
-    } else {
-        args.alpha.i = (int64_t)bits;
-    }
-    bool bad = false;
-    if (n > 0) {
+    args.alpha = fz_draw_scalar(s, d);
+    /* bool has fill, copy and sum only (checked before alignment). */
+    bool nodtype = d == SW_BOOL && k != SW_KERNEL_FILL &&
+                   k != SW_KERNEL_COPY && k != SW_KERNEL_SUM;
+    bool bad = nodtype;
+    if (n > 0 && !nodtype) {
         if (k == SW_KERNEL_ADD)
             bad = misaligned(args.out, es) || misaligned(args.a, es) ||
                   misaligned(args.b, es);
@@ -173,7 +171,7 @@ static bool op_kernel(fz_engine *e, fz_src *s)
     fz_note(e, "launch_kernel %s %s n=%zu out %d a %d b %d of launch %d%s%s",
             sw_kernel_name(k), sw_dtype_name(d), n, ln->slot[o],
             ln->slot[a], ln->slot[b], l, q >= 0 ? " on a queue" : "",
-            bad ? " (misaligned)" : "");
+            nodtype ? " (not for bool)" : bad ? " (misaligned)" : "");
     /* The core orders buffers when they are pinned, not raw device
      * memory afterwards: work queued on it since (another queue's in a
      * burst) is the caller's to wait for. */
@@ -196,7 +194,8 @@ static bool op_kernel(fz_engine *e, fz_src *s)
         rc = sw_launch_kernel(e->w->dev[ln->devi], &args);
     }
     if (!fz_result(e, "sw_launch_kernel", rc, bad ? FZ_ERR : FZ_OK,
-                   SW_ERR_INVALID_ARG, bad ? &snap : NULL))
+                   nodtype ? SW_ERR_DTYPE : SW_ERR_INVALID_ARG,
+                   bad ? &snap : NULL))
         return true;
     fz_order_after(e, ln->devi, -1, ln->slot, ln->n);
     if (q < 0 && e->burst_left > 0)
@@ -207,14 +206,14 @@ static bool op_kernel(fz_engine *e, fz_src *s)
         }
     unsigned char *out = fz_bytes(e, bo->alloc, bo->off);
     if (k == SW_KERNEL_SUM) {
-        unsigned char got[8];
-        rc = fz_read(e, bo->h, 0, got, 8);
+        unsigned char got[16];
+        rc = fz_read(e, bo->h, 0, got, sum_bytes);
         if (rc != SW_OK)
             fz_fail(e->w, e, "reading a sum's result: %s", fz_err(rc));
         /* The sum of nothing is 0. */
         if (fz_check_sum(e, d, fz_bytes(e, ba->alloc, ba->off), n,
                          ln->devi, got) == 0)
-            memcpy(out, got, 8);
+            memcpy(out, got, sum_bytes);
         return true;
     }
     fz_apply_kernel(k, d, n, out, fz_bytes(e, ba->alloc, ba->off),
