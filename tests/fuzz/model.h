@@ -41,17 +41,9 @@
  * library is fixed.  docs/testing.md lists them.
  * ---------------------------------------------------------------------- */
 
-/* Out-parameters of a call refused for a NULL argument: the header's
- * conventions say "results come back through trailing out-parameters,
- * which are set to NULL/0 when the call fails", but sw_buffer_expose
- * (ptr or out NULL: the other is left as it was), sw_launch_begin (bufs
- * NULL: ptrs left as they were), sw_order_counts and sw_order_idle (the
- * record NULL: the counts left as they were) return before setting them.
- * tests/fuzz/repro_outparams.c reproduces each.  Index 0 of the stats'
- * known divergences. */
-#ifndef FZ_KNOWN_OUTPARAMS_ON_NULL_ARG
-#define FZ_KNOWN_OUTPARAMS_ON_NULL_ARG 1
-#endif
+/* (None at present.  Fixed: FZ_KNOWN_OUTPARAMS_ON_NULL_ARG, out-parameters
+ * of a call refused for a NULL argument left as they were; now the test
+ * null_argument_clears_outparams in tests/c.) */
 
 /* ------------------------------------------------------------------------
  * Limits of one engine
