@@ -217,11 +217,22 @@ void fz_check_bytes(fz_engine *e, int i)
         while (e->tmp[last - 1] == want[last - 1])
             last--;
         fz_alloc *al = &e->alloc[b->alloc];
+        unsigned char got = e->tmp[k];
+        /* Tell a read that raced the device's work from lost data: wait
+         * for every queue of the device and read again. */
+        const char *again = "";
+        if (fz_sync_device(e, e->w->dev[al->devi]) == SW_OK &&
+            fz_read(e, b->h, 0, e->tmp, b->size) == SW_OK)
+            again = memcmp(e->tmp, want, b->size) == 0
+                        ? "; read again after sw_device_synchronize, they "
+                          "match (the first read raced queued work)"
+                        : "; read again after sw_device_synchronize, they "
+                          "still differ";
         fz_fail(e->w, e, "check: handle %d (allocation %d%s, window %zu+%zu"
                 " of %zu, state %d) differs from the shadow in bytes "
-                "[%zu, %zu): byte %zu is 0x%02x, expected 0x%02x", i,
+                "[%zu, %zu): byte %zu is 0x%02x, expected 0x%02x%s", i,
                 b->alloc, al->external ? ", external" : "", b->off, b->size,
-                al->size, al->state, k, last, k, e->tmp[k], want[k]);
+                al->size, al->state, k, last, k, got, want[k], again);
     }
 }
 
