@@ -112,7 +112,8 @@ ALL_SUITES += python-host '$(call PY_BUILT,build) $(call PY_SUITE,SPILLWAY_BUILD
 # The model-based fuzzer (tests/fuzz, docs/testing.md): fixed-seed,
 # time-boxed libFuzzer runs from the committed seeds under ASan+UBSan (two
 # sim devices; OpenCL beside a sim device, where present; CUDA through the
-# CPU stand-in beside a sim device), the threaded variant under TSan (its
+# CPU stand-in beside a sim device; host:0, which never spills, beside a sim
+# device), the threaded variant under TSan (its
 # plain replayer: libFuzzer's coverage counters are themselves a data race
 # to TSan), and the plain replayers in the normal build.  "not run" where
 # build-fuzz/ could not be made (no clang with libFuzzer).
@@ -125,6 +126,7 @@ FUZZ_CI = -seed=1 -runs=$(FUZZ_CI_RUNS) -max_total_time=$(FUZZ_CI_TIME) -max_len
 ALL_SUITES += fuzz-sim  'FUZZ_DEVICES=sim:0,sim:1 $(ASAN_ENV) $(FUZZ_RUN) $(FUZZ_BIN)/fuzz_spillway $(FUZZ_SEEDS)/spillway $(FUZZ_CI)'
 ALL_SUITES += fuzz-opencl '$(ASAN_ENV) $(POCL_LSAN) scripts/if-device.sh opencl:0 env FUZZ_DEVICES=opencl:0,sim:0 FUZZ_REOPEN=8 $(FUZZ_RUN) $(FUZZ_BIN)/fuzz_spillway $(FUZZ_SEEDS)/spillway $(FUZZ_CI)'
 ALL_SUITES += fuzz-cuda-fake 'SPILLWAY_CUDA_LIBRARY=build-fuzz/tests/c/libcuda_fake.so FUZZ_DEVICES=cuda:0,sim:0 $(ASAN_ENV) $(FUZZ_RUN) $(FUZZ_BIN)/fuzz_spillway $(FUZZ_SEEDS)/spillway $(FUZZ_CI)'
+ALL_SUITES += fuzz-host 'FUZZ_DEVICES=host:0,sim:0 $(ASAN_ENV) $(FUZZ_RUN) $(FUZZ_BIN)/fuzz_spillway $(FUZZ_SEEDS)/spillway $(FUZZ_CI)'
 ALL_SUITES += fuzz-tsan 'FUZZ_DEVICES=sim:0,sim:1 $(TSAN_ENV) scripts/tsan-exec.sh $(FUZZ_RUN) build-tsan/tests/fuzz/fuzz_spillway_threads_replay $(FUZZ_SEEDS)/threads -seed=1 -runs=40 -max_total_time=$(FUZZ_CI_TIME)'
 ALL_SUITES += fuzz-replay '$(FUZZ_RUN) build/tests/fuzz/fuzz_spillway_replay $(FUZZ_SEEDS)/spillway -seed=1 -runs=50'
 ALL_SUITES += fuzz-replay-mt '$(FUZZ_RUN) build/tests/fuzz/fuzz_spillway_threads_replay $(FUZZ_SEEDS)/threads -seed=1 -runs=10'

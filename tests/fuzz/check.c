@@ -18,7 +18,8 @@
  *    (views and wrapped buffers count nothing: "a view holds a reference
  *    to the base allocation, which stays ... counted in in_use"; "an
  *    external buffer is ... not counted in in_use");
- *  - spilled == sum of rounded sizes of live spilled owned allocations;
+ *  - spilled == sum of rounded sizes of live spilled owned allocations
+ *    (0, and no spills ever, on a device that never spills: host:0);
  *  - allocs, frees, gc_runs == the model's counts (a free counts when an
  *    owned allocation is released, however that happens);
  *  - peak >= in_use, and peak never drops except through sw_reset_peak;
@@ -437,6 +438,9 @@ static void check_device(fz_engine *e, int d, uint64_t went_out,
                         "enforced", w->spec[d], m.in_use, m.cached,
                         m.budget);
         }
+        if (w->no_spill[d] && (m.spilled != 0 || m.spills != 0))
+            fz_fail(w, e, "%s never spills, yet spilled %" PRIu64
+                    " spills %" PRIu64, w->spec[d], m.spilled, m.spills);
         if (m.live_buffers != live_count(e, d))
             fz_fail(w, e, "%s: live_buffers %" PRIu64 ", the model has %"
                     PRIu64, w->spec[d], m.live_buffers, live_count(e, d));

@@ -151,6 +151,9 @@ struct fz_world {
     sw_device *dev[FZ_MAX_DEV];
     char spec[FZ_MAX_DEV][32];
     bool is_sim[FZ_MAX_DEV];
+    /* The host backend (docs/host.md): accounting only, never spills; a
+     * budget below what is held stays unmet, allocations past it fail. */
+    bool no_spill[FZ_MAX_DEV];
     bool host_addressable[FZ_MAX_DEV];
     bool threaded; /* several engines at once: per-engine checks only */
     bool faults;   /* engines may inject device faults */

@@ -57,13 +57,15 @@ static bool op_budget(fz_engine *e, fz_src *s)
             for (int a = 0; a < FZ_NALLOC; a++) {
                 fz_alloc *al = &e->alloc[a];
                 if (al->live && al->devi == d && !al->external &&
-                    (al->pins > 0 || al->leases > 0))
+                    (al->pins > 0 || al->leases > 0 ||
+                     e->w->no_spill[d]))
                     fixed += al->rounded;
             }
             if (m.cached != 0 || m.in_use != fixed)
                 fz_fail(e->w, e, "budget %" PRIu64 " set and not met: "
                         "in_use %" PRIu64 " cached %" PRIu64 ", but only %"
-                        PRIu64 " is pinned or leased", b, m.in_use,
+                        PRIu64 " is pinned or leased (or, on a device that "
+                        "never spills, live)", b, m.in_use,
                         m.cached, fixed);
         }
     }

@@ -148,8 +148,8 @@ static int state_of_slot(fz_engine *e, int i)
 /* Whether an allocation of size bytes on d must succeed (one engine, no
  * fault): "it fails with SW_ERR_OOM only when what cannot move (pinned,
  * exposed, external buffers) leaves no room".  What cannot move is the
- * pinned and leased allocations; everything else can be spilled and the
- * cache trimmed.  The device itself must be far from full too (queues
+ * pinned and leased allocations (every live one on a device that never
+ * spills); everything else can be spilled and the cache trimmed.  The device itself must be far from full too (queues
  * reserve memory on the sim, and the arena fragments), so this is only
  * asserted when the budget (or, without one, what cannot move) is at
  * most half of it after room for two queues. */
@@ -161,7 +161,7 @@ static bool must_fit(fz_engine *e, int d, size_t size)
     for (int a = 0; a < FZ_NALLOC; a++) {
         fz_alloc *al = &e->alloc[a];
         if (al->live && !al->external && al->shared < 0 && al->devi == d &&
-            (al->pins > 0 || al->leases > 0))
+            (al->pins > 0 || al->leases > 0 || e->w->no_spill[d]))
             fixed += al->rounded;
     }
     uint64_t budget = e->dm[d].budget;

@@ -187,6 +187,7 @@ int fz_world_open(fz_world *w, const char *specs, bool threaded)
         snprintf(w->spec[d], sizeof w->spec[d], "%s",
                  sw_device_name(w->dev[d]));
         w->is_sim[d] = strncmp(w->spec[d], "sim:", 4) == 0;
+        w->no_spill[d] = strncmp(w->spec[d], "host:", 5) == 0;
         int yes = 0;
         (void)sw_device_host_addressable(w->dev[d], &yes);
         w->host_addressable[d] = yes != 0;
