@@ -471,7 +471,11 @@ void fz_order_before(fz_engine *e, int devi, int q, const int *slots, int n);
  * not know (it orders buffers, and a raw launch takes device memory), so
  * a queue that used the buffer before would not wait for it. */
 #define FZ_LASTQ_RAW 255
-/* After it: remember which queue used them. */
+/* After it: remember which queue used them.  Only for work that did
+ * something: a call with nothing to do (0 bytes or elements) queues
+ * nothing and orders nothing, so another queue's work on the buffers is
+ * still unordered (found by the soak: a 0-byte copy on the default queue
+ * made the model forget a queue's scale, and a raw launch raced it). */
 void fz_order_after(fz_engine *e, int devi, int q, const int *slots, int n);
 /* Before releasing queue q: its work on our buffers must be waited for
  * (nothing else would order it). */

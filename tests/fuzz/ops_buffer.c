@@ -317,7 +317,8 @@ static bool op_write(fz_engine *e, fz_src *s)
     if (!fz_result(e, "sw_buffer_write", rc, FZ_OK, 0, NULL))
         return true;
     memcpy(fz_bytes(e, b->alloc, b->off + off), e->tmp, n);
-    fz_order_after(e, e->alloc[b->alloc].devi, -1, &i, 1);
+    if (n > 0) /* (nothing done: nothing ordered) */
+        fz_order_after(e, e->alloc[b->alloc].devi, -1, &i, 1);
     if (before >= 0 && state_of_slot(e, i) != before)
         fz_fail(e->w, e, "a host write moved the buffer (state %d -> %d)",
                 before, state_of_slot(e, i));
@@ -383,7 +384,10 @@ static bool op_copy(fz_engine *e, fz_src *s)
     if (!fz_result(e, "sw_buffer_copy", rc, ex, SW_ERR_INVALID_ARG,
                    overlap ? &snap : NULL))
         return true;
-    fz_order_after(e, devi, q, slots, 2);
+    /* A copy of nothing queues nothing and orders nothing: another
+     * queue's work on these buffers is still in flight. */
+    if (n > 0)
+        fz_order_after(e, devi, q, slots, 2);
     fz_queue_done(e, devi, q, slots, 2);
     memmove(fz_bytes(e, db->alloc, db->off + doff),
             fz_bytes(e, sb->alloc, sb->off + soff), n);
@@ -417,7 +421,8 @@ static bool op_fill(fz_engine *e, fz_src *s)
     unsigned char *dst = fz_bytes(e, b->alloc, b->off + off);
     for (size_t k = 0; k < n; k++)
         dst[k] = pat[k % ps];
-    fz_order_after(e, e->alloc[b->alloc].devi, -1, &i, 1);
+    if (n > 0)
+        fz_order_after(e, e->alloc[b->alloc].devi, -1, &i, 1);
     if (n > 0)
         fz_expect_resident(e, i, "a fill");
     return true;

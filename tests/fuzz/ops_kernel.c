@@ -150,7 +150,8 @@ static bool op_elementwise(fz_engine *e, fz_src *s, sw_kernel k)
                    nodtype ? SW_ERR_DTYPE : SW_ERR_INVALID_ARG,
                    bad ? &snap : NULL))
         return true;
-    fz_order_after(e, devi, q, slots, nslots);
+    if (n > 0) /* n == 0 queues and orders nothing */
+        fz_order_after(e, devi, q, slots, nslots);
     fz_queue_done(e, devi, q, slots, nslots);
     fz_buf *bo = &e->buf[oi];
     fz_apply_kernel(k, d, n, fz_bytes(e, bo->alloc, bo->off),
@@ -213,7 +214,8 @@ static bool op_sum(fz_engine *e, fz_src *s)
             fz_fail(e->w, e, "a failed sw_op_sum left *out set");
         return true;
     }
-    fz_order_after(e, devi, -1, slots, 1);
+    if (n > 0)
+        fz_order_after(e, devi, -1, slots, 1);
     unsigned char got[16];
     memcpy(got, &out, 16);
     fz_check_sum(e, d, fz_bytes(e, b->alloc, b->off), n, devi, got);
