@@ -121,7 +121,7 @@ FUZZ_RUN := tests/fuzz/run.sh
 FUZZ_SEEDS := tests/fuzz/seeds
 FUZZ_BIN := build-fuzz/tests/fuzz
 FUZZ_CI_RUNS ?= 400
-FUZZ_CI_TIME ?= 20
+FUZZ_CI_TIME ?= 15
 FUZZ_CI = -seed=1 -runs=$(FUZZ_CI_RUNS) -max_total_time=$(FUZZ_CI_TIME) -max_len=4096
 ALL_SUITES += fuzz-sim  'FUZZ_DEVICES=sim:0,sim:1 $(ASAN_ENV) $(FUZZ_RUN) $(FUZZ_BIN)/fuzz_spillway $(FUZZ_SEEDS)/spillway $(FUZZ_CI)'
 ALL_SUITES += fuzz-opencl '$(ASAN_ENV) $(POCL_LSAN) scripts/if-device.sh opencl:0 env FUZZ_DEVICES=opencl:0,sim:0 FUZZ_REOPEN=8 $(FUZZ_RUN) $(FUZZ_BIN)/fuzz_spillway $(FUZZ_SEEDS)/spillway $(FUZZ_CI)'
