@@ -4,8 +4,10 @@
  * __dlpack__ hands out the array's memory itself, under an exposure lease
  * (sw_buffer_expose), on every device, as the DLPack device it is: the
  * simulated device's host-addressable memory as kDLCPU (NumPy imports
- * that), CUDA memory as kDLCUDA (a device address), OpenCL memory as
- * kDLOpenCL (data is the cl_mem, byte_offset the offset in it).  While the
+ * that, as is host:0's), CUDA memory as kDLCUDA, HIP memory as kDLROCM
+ * and Level Zero memory as kDLOneAPI (device addresses: USM device
+ * allocations on ze), OpenCL memory as kDLOpenCL (data is the cl_mem,
+ * byte_offset the offset in it).  While the
  * consumer lives the buffer is never spilled and its memory stays
  * allocated even if the Array goes; the consumer's deleter releases the
  * lease, after which the buffer is spillable again.  The deleter may run
@@ -136,6 +138,12 @@ static DLDevice dl_device_of(DeviceObject *d)
     } else if (strncmp(name, "cuda:", 5) == 0) {
         dev.device_type = kDLCUDA;
         dev.device_id = idx;
+    } else if (strncmp(name, "hip:", 4) == 0) {
+        dev.device_type = kDLROCM;
+        dev.device_id = idx;
+    } else if (strncmp(name, "ze:", 3) == 0) {
+        dev.device_type = kDLOneAPI;
+        dev.device_id = idx;
     } else if (strncmp(name, "opencl:", 7) == 0) {
         dev.device_type = kDLOpenCL;
         dev.device_id = idx;
@@ -155,7 +163,8 @@ void sw_py_dl_device_of(DeviceObject *d, int *type, int *id)
 int sw_py_dl_linear(DeviceObject *d)
 {
     DLDevice dev = dl_device_of(d);
-    return dev.device_type == kDLCPU || dev.device_type == kDLCUDA;
+    return dev.device_type == kDLCPU || dev.device_type == kDLCUDA ||
+           dev.device_type == kDLROCM || dev.device_type == kDLOneAPI;
 }
 
 int sw_py_export_find(DeviceObject *d, uintptr_t data, uint64_t byte_offset,

@@ -7,8 +7,10 @@
  * own:
  *  - another spillway Array on that device: a new Array on the same buffer
  *    (not external: it spills with the buffer, as any view);
- *  - on CUDA, a kDLCUDA tensor of the same device (the library and the
- *    frameworks share the device's primary context);
+ *  - on CUDA and HIP, a kDLCUDA / kDLROCM tensor of the same device (the
+ *    library and the frameworks share the device's primary context; Level
+ *    Zero has no such shared context: a kDLOneAPI pointer of another
+ *    context is copied unless it is one of this device's exports);
  *  - elsewhere, memory inside one of this device's live DLPack exports
  *    (dlpack.c keeps the list): a NumPy array made by numpy.from_dlpack(a)
  *    on the simulated device, handed back.  Any other host pointer is not
@@ -427,11 +429,13 @@ static PyObject *from_array(sw_py_state *st, ArrayObject *a, DeviceObject *d,
 }
 
 /* The device a producer's data goes to when device= is None: a spillway
- * device of the producer's kind and number when there is one (CUDA,
- * OpenCL), else the default device.  New reference. */
+ * device of the producer's kind and number when there is one (CUDA, HIP,
+ * Level Zero, OpenCL), else the default device.  New reference. */
 static DeviceObject *default_target(sw_py_state *st, int type, int id)
 {
     const char *kind = type == kDLCUDA     ? "cuda"
+                       : type == kDLROCM   ? "hip"
+                       : type == kDLOneAPI ? "ze"
                        : type == kDLOpenCL ? "opencl"
                                            : NULL;
     if (kind != NULL) {
@@ -467,7 +471,9 @@ static PyObject *import_tensor(sw_py_state *st, DeviceObject *d, dl_in *in,
     sw_devmem mem = {0, 0};
     int usable = 0; /* the target device's own memory */
     if (mine && in->contiguous) {
-        if (dtype_ == kDLCUDA) {
+        if (dtype_ == kDLCUDA || dtype_ == kDLROCM) {
+            /* A device address in the device's primary context, which
+             * every library in the process shares: wrapped as it is. */
             mem.base = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
             usable = 1;
         } else {

@@ -310,13 +310,18 @@ enum {
     HIP__K_COUNT,
 };
 
+/* cuda.cu's entry points for the four dtypes of contract version 1 (float32,
+ * float64, int32, int64, in that order): FILL and COPY move bits (u32,
+ * u64), integer arithmetic wraps (u32, u64), int64 sums as u64.  The
+ * other dtypes cuda.cu has kernels for are not offered on HIP yet:
+ * props.dtypes stays version 1's four. */
 static const char *const hip__names[HIP__K_COUNT] = {
-    "sw_fill_f32",  "sw_fill_f64",  "sw_fill_i32",  "sw_fill_i64",
-    "sw_copy_f32",  "sw_copy_f64",  "sw_copy_i32",  "sw_copy_i64",
-    "sw_add_f32",   "sw_add_f64",   "sw_add_i32",   "sw_add_i64",
-    "sw_scale_f32", "sw_scale_f64", "sw_scale_i32", "sw_scale_i64",
-    "sw_axpy_f32",  "sw_axpy_f64",  "sw_axpy_i32",  "sw_axpy_i64",
-    "sw_sum_f32",   "sw_sum_f64",   "sw_sum_i32",   "sw_sum_i64",
+    "sw_fill_u32",  "sw_fill_u64",  "sw_fill_u32",  "sw_fill_u64",
+    "sw_copy_u32",  "sw_copy_u64",  "sw_copy_u32",  "sw_copy_u64",
+    "sw_add_f32",   "sw_add_f64",   "sw_add_u32",   "sw_add_u64",
+    "sw_scale_f32", "sw_scale_f64", "sw_scale_u32", "sw_scale_u64",
+    "sw_axpy_f32",  "sw_axpy_f64",  "sw_axpy_u32",  "sw_axpy_u64",
+    "sw_sum_f32",   "sw_sum_f64",   "sw_sum_i32",   "sw_sum_u64",
     "sw_sum_final_f64", "sw_sum_final_i64", "sw_fill_bytes",
 };
 
@@ -959,8 +964,8 @@ static int hip_copy(sw__bqueue *q, uintptr_t dst, size_t dst_off,
 static int hip__kernels_ready(sw__bdev *d);
 
 typedef struct hip__args {
-    void *ptr[4];
-    unsigned char size[4];
+    void *ptr[5]; /* cuda.cu's kernels take at most five */
+    unsigned char size[5];
     unsigned char n;
 } hip__args;
 
@@ -984,7 +989,7 @@ static int hip__run(sw__bqueue *q, int k, unsigned grid, const hip__args *a)
         return sw__errorf(SW_ERR_INVALID_ARG, "hip:%d: internal error: %s "
                           "launched with arguments that do not match its "
                           "parameters", d->index, hip__names[k]);
-    void *params[4];
+    void *params[5];
     memcpy(params, a->ptr, sizeof params);
     swhip_error r = HIP(hipModuleLaunchKernel)(d->fn[k], grid, 1, 1,
                                                HIP__THREADS, 1, 1, 0,
@@ -1004,13 +1009,18 @@ static unsigned hip__grid(const sw__bdev *d, size_t n)
 static int hip__fill_bytes(sw__bqueue *q, void *p, size_t n,
                            const unsigned char *pattern, size_t psize)
 {
-    unsigned long long bits = 0, count = n;
-    memcpy(&bits, pattern, psize);
+    /* cuda.cu's (dst, n, lo, hi, psize): patterns of up to 16 bytes. */
+    unsigned char pat[16] = {0};
+    memcpy(pat, pattern, psize);
+    unsigned long long lo = 0, hi = 0, count = n;
+    memcpy(&lo, pat, 8);
+    memcpy(&hi, pat + 8, 8);
     unsigned int ps = (unsigned int)psize;
     hip__args a = {.n = 0};
     HIP__ARG(a, p);
     HIP__ARG(a, count);
-    HIP__ARG(a, bits);
+    HIP__ARG(a, lo);
+    HIP__ARG(a, hi);
     HIP__ARG(a, ps);
     return hip__run(q, HIP__K_FILL_BYTES, hip__grid(q->dev, n), &a);
 }

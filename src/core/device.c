@@ -444,7 +444,9 @@ SW_API int sw_device_dtypes(sw_device *dev, uint32_t *mask)
     int rc = sw__device_enter(dev);
     if (rc != SW_OK)
         return rc;
-    *mask = dev->props.dtypes;
+    /* Only dtype bits: a backend marks "no kernels at all" with a bit past
+     * them (props.dtypes 0 means version 1's four). */
+    *mask = dev->props.dtypes & ((UINT32_C(1) << SW_DTYPE_COUNT) - 1);
     sw__unlock(dev);
     return SW_OK;
 }

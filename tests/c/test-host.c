@@ -196,7 +196,7 @@ TEST(host_budget_is_oom_not_spill)
     ASSERT_ERR(sw_buffer_alloc(dev, KiB(128), "c", &c), SW_ERR_OOM);
     ASSERT_NULL(c);
     ASSERT_GE(log.calls, 1);
-    ASSERT_STR_CONTAINS(sw_last_error(), "never spills");
+    ASSERT_STR_CONTAINS(sw_last_error(), "does not spill");
     sw_memory_info i = test_info(dev);
     ASSERT_UEQ(i.spilled, 0);
     ASSERT_UEQ(i.spills, 0);

@@ -43,6 +43,7 @@ static sw_buffer *spill_by_alloc(sw_device *dev, size_t size, const char *tag)
 
 TEST(inflight_read_write)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     sw_buffer *a = patterned(dev, BIG, 1, "a");
     sw_buffer *b = spill_by_alloc(dev, BIG, "b");
@@ -64,6 +65,7 @@ TEST(inflight_read_write)
 
 TEST(inflight_free)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     sw_buffer *a = patterned(dev, BIG, 3, "freed in flight");
     sw_buffer *b = spill_by_alloc(dev, BIG, "b");
@@ -84,6 +86,7 @@ TEST(inflight_free)
 
 TEST(inflight_relaunch_and_spill_again)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     enum { N = BIG / 4 };
     sw_buffer *a = test_alloc(dev, BIG, "a");
@@ -109,6 +112,7 @@ TEST(inflight_relaunch_and_spill_again)
 
 TEST(inflight_prefetch)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     sw_buffer *a = patterned(dev, BIG, 5, "prefetched");
     sw_buffer *b = spill_by_alloc(dev, BIG, "b");
@@ -147,6 +151,7 @@ TEST(inflight_prefetch)
 
 TEST(inflight_copy_fault_keeps_buffer)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     sw_buffer *a = patterned(dev, BIG, 6, "a");
     sw_memory_info m = test_info(dev);
@@ -178,6 +183,7 @@ TEST(inflight_copy_fault_keeps_buffer)
 
 TEST(host_pool_bound)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     ASSERT_OK(sw_set_host_pool_limit(dev, 1u << 20));
     enum { N = 12, SZ = 256 * 1024 };
@@ -290,6 +296,7 @@ static void *inflight_worker(void *p)
 
 TEST(thread_inflight)
 {
+    test_require_spill();
     sw_device *dev = test_device();
     /* Room for about a third of what the threads hold. */
     ASSERT_OK(sw_set_memory_budget(dev, 3u << 20));

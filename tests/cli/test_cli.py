@@ -334,14 +334,17 @@ def test_demo_sweep():
 
 def test_demo_trace(tmp_path):
     import json
+    out = tmp_path / "new"  # made by the demo
     p = run("demo", "--steps", "6", "--repeat", "1", "--trace",
-            str(tmp_path), env={"PYTHON": os.environ.get("PYTHON", "python3")})
+            str(out), env={"PYTHON": os.environ.get("PYTHON", "python3")})
     assert p.returncode == 0, p.stdout + p.stderr
     for run_no in (1, 2):
-        doc = json.loads((tmp_path / ("run%d.json" % run_no)).read_text())
+        doc = json.loads((out / ("run%d.json" % run_no)).read_text())
         names = {e["name"] for e in doc["traceEvents"]}
         assert "memory" in names
         if run_no == 2:
             assert "spill" in names
     usage_error(run("demo", "--sweep", "--trace", str(tmp_path)), "--trace")
+    p = run("demo", "--trace", str(tmp_path / "no" / "such" / "dir"))
+    assert p.returncode == 2 and "cannot make" in p.stderr, p.stderr
     usage_error(run("demo", "--repeat", "0"), "--repeat")

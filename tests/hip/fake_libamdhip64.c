@@ -817,24 +817,31 @@ enum { T_F32, T_F64, T_U32, T_U64 };
 #define K_SUM_FINAL_I64 101
 #define K_FILL_BYTES 102
 
+/* hip.c's names (cuda.cu's entry points for the four dtypes): the kind is
+ * op * 4 + type, the type being how the kernel treats the bits. */
 static int kernel_kind(const char *name)
 {
-    static const char *const ops[] = {"fill", "copy", "add", "scale", "axpy",
-                                      "sum"};
-    static const char *const types[] = {"f32", "f64", "i32", "i64"};
-    if (strcmp(name, "sw_sum_final_f64") == 0)
-        return K_SUM_FINAL_F64;
-    if (strcmp(name, "sw_sum_final_i64") == 0)
-        return K_SUM_FINAL_I64;
-    if (strcmp(name, "sw_fill_bytes") == 0)
-        return K_FILL_BYTES;
-    for (int o = 0; o < 6; o++)
-        for (int t = 0; t < 4; t++) {
-            char want[32];
-            snprintf(want, sizeof want, "sw_%s_%s", ops[o], types[t]);
-            if (strcmp(name, want) == 0)
-                return o * 4 + t;
-        }
+    static const struct {
+        const char *name;
+        int kind;
+    } known[] = {
+        {"sw_fill_u32", K_FILL * 4 + T_U32},  {"sw_fill_u64", K_FILL * 4 + T_U64},
+        {"sw_copy_u32", K_COPY * 4 + T_U32},  {"sw_copy_u64", K_COPY * 4 + T_U64},
+        {"sw_add_f32", K_ADD * 4 + T_F32},    {"sw_add_f64", K_ADD * 4 + T_F64},
+        {"sw_add_u32", K_ADD * 4 + T_U32},    {"sw_add_u64", K_ADD * 4 + T_U64},
+        {"sw_scale_f32", K_SCALE * 4 + T_F32}, {"sw_scale_f64", K_SCALE * 4 + T_F64},
+        {"sw_scale_u32", K_SCALE * 4 + T_U32}, {"sw_scale_u64", K_SCALE * 4 + T_U64},
+        {"sw_axpy_f32", K_AXPY * 4 + T_F32},  {"sw_axpy_f64", K_AXPY * 4 + T_F64},
+        {"sw_axpy_u32", K_AXPY * 4 + T_U32},  {"sw_axpy_u64", K_AXPY * 4 + T_U64},
+        {"sw_sum_f32", K_SUM * 4 + T_F32},    {"sw_sum_f64", K_SUM * 4 + T_F64},
+        {"sw_sum_i32", K_SUM * 4 + T_U32},    {"sw_sum_u64", K_SUM * 4 + T_U64},
+        {"sw_sum_final_f64", K_SUM_FINAL_F64},
+        {"sw_sum_final_i64", K_SUM_FINAL_I64},
+        {"sw_fill_bytes", K_FILL_BYTES},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(name, known[i].name) == 0)
+            return known[i].kind;
     return -1;
 }
 
@@ -1012,13 +1019,17 @@ static swhip_error fill_bytes(const launch *l, void **params)
 {
     unsigned char *dst = ARG(unsigned char *, 0);
     unsigned long long n = ARG(unsigned long long, 1);
-    unsigned long long pattern = ARG(unsigned long long, 2);
-    unsigned psize = ARG(unsigned int, 3);
-    if (psize != 1 && psize != 2 && psize != 4 && psize != 8)
+    /* cuda.cu's (dst, n, lo, hi, psize): a pattern of up to 16 bytes. */
+    unsigned long long lo = ARG(unsigned long long, 2);
+    unsigned long long hi = ARG(unsigned long long, 3);
+    unsigned psize = ARG(unsigned int, 4);
+    if (psize != 1 && psize != 2 && psize != 4 && psize != 8 && psize != 16)
         return fault(SWHIP_hipErrorIllegalAddress, "fill_bytes psize");
     use(l, dst, n, "fill_bytes");
-    for (unsigned long long i = 0; i < n; i++)
-        dst[i] = (unsigned char)(pattern >> (8 * (i % psize)));
+    for (unsigned long long i = 0; i < n; i++) {
+        unsigned k = (unsigned)(i % psize);
+        dst[i] = (unsigned char)((k < 8 ? lo : hi) >> (8 * (k % 8)));
+    }
     return SWHIP_hipSuccess;
 }
 

@@ -887,7 +887,7 @@ static const char *const knames[K_COUNT] = {
     "sw_add_f32", "sw_scale_f32", "sw_axpy_f32", "sw_add_u32",
     "sw_scale_u32", "sw_axpy_u32", "sw_add_u64", "sw_scale_u64",
     "sw_axpy_u64", "sw_add_f64", "sw_scale_f64", "sw_axpy_f64",
-    "sw_fill_bytes", "sw_move_bytes", "sw_sum1_i32", "sw_sum1_i64",
+    "sw_fill_bytes", "sw_move_bytes", "sw_sum1_i32", "sw_sum1_u64",
     "sw_sum2_u", "sw_sum1_f32", "sw_sum1_f64", "sw_sum2_d",
 };
 static const int nargs_of[K_COUNT] = {

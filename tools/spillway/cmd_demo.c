@@ -24,10 +24,12 @@
 #include "demo_workload.h"
 #include "progress.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <time.h>
@@ -583,6 +585,14 @@ static int demo_own_options(const cli_command *self, int *argc, char **argv,
     if (d->sweep && d->trace_dir != NULL)
         return cli_usage_error(self, "--trace records one demo, not a "
                                "--sweep");
+    /* Made here, before either run, so that a bad path is a usage error
+     * and not a failure after the first run's minutes. */
+    if (d->trace_dir != NULL && mkdir(d->trace_dir, 0777) != 0 &&
+        errno != EEXIST) {
+        fprintf(stderr, "spillway demo: --trace: cannot make '%s': %s\n",
+                d->trace_dir, strerror(errno));
+        return 2;
+    }
     return 0;
 }
 
