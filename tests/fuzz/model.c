@@ -327,9 +327,15 @@ void fz_order_before(fz_engine *e, int devi, int q, const int *slots, int n)
             continue;
         }
         /* The default queue waits for other queues' work on a buffer by
-         * itself (queue.c); one queue does not wait for another's, and
-         * raw device memory is not ordered at all. */
-        if ((q < 0 && q != FZ_RAW_LAUNCH) || other == 0 || other == mine)
+         * itself (queue.c), but only for work on the same base: a queue's
+         * work through a wrapped buffer and the allocation it wraps (or
+         * through the allocation before a wrap over it was made) are two
+         * bases to the core, one memory.  One queue does not wait for
+         * another's, and raw device memory is not ordered at all. */
+        if (q < 0 && q != FZ_RAW_LAUNCH &&
+            !fz_aliased(e, e->buf[slots[k]].alloc))
+            continue;
+        if (other == 0 || other == mine)
             continue;
         fz_queue *fq = &e->queue[(other - 1) / FZ_NQUEUE]
                                 [(other - 1) % FZ_NQUEUE];
