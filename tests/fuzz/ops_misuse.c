@@ -274,14 +274,14 @@ bool fz_misuse_nulls(fz_engine *e, fz_src *s)
             STRICT("sw_buffer_expose(ptr NULL)", A,
                    sw_buffer_expose(h, NULL, &l));
             if (l != NULL)
-                fz_fail(e->w, e, "sw_buffer_expose(ptr NULL) failed and left "
-                         "*out as it was");
+                fz_fail(e->w, e, "sw_buffer_expose(ptr NULL) failed and "
+                        "left *out as it was");
         } else {
             STRICT("sw_buffer_expose(out NULL)", A,
                    sw_buffer_expose(h, &m, NULL));
             if (m.base != 0 || m.offset != 0)
-                fz_fail(e->w, e, "sw_buffer_expose(out NULL) failed and left *ptr "
-                         "as it was");
+                fz_fail(e->w, e, "sw_buffer_expose(out NULL) failed and "
+                        "left *ptr as it was");
         }
         break;
     }
@@ -354,8 +354,8 @@ bool fz_misuse_nulls(fz_engine *e, fz_src *s)
         STRICT("sw_order_counts(NULL)", A, sw_order_counts(NULL, &a, &b));
         STRICT("sw_order_idle(NULL)", A, sw_order_idle(NULL, &idle));
         if (a != 0 || b != 0 || idle != 0)
-            fz_fail(e->w, e, "sw_order_counts/sw_order_idle(NULL) failed and left "
-                     "their counts as they were");
+            fz_fail(e->w, e, "sw_order_counts/sw_order_idle(NULL) failed "
+                    "and left their counts as they were");
         if (sw_order_event(NULL, 0, 0) != NULL)
             fz_fail(e->w, e, "sw_order_event(NULL) is not NULL");
         break;
@@ -367,8 +367,8 @@ bool fz_misuse_nulls(fz_engine *e, fz_src *s)
         STRICT("sw_launch_begin(bufs NULL)", A,
                sw_launch_begin(dev, NULL, 1, p));
         if (p[0].base != 0 || p[0].offset != 0)
-            fz_fail(e->w, e, "sw_launch_begin(bufs NULL) failed and left ptrs as "
-                     "they were");
+            fz_fail(e->w, e, "sw_launch_begin(bufs NULL) failed and left "
+                    "ptrs as they were");
         break;
     }
     case 23: STRICT("sw_launch_kernel(NULL)", A, sw_launch_kernel(dev, NULL));
