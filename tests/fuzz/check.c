@@ -585,6 +585,18 @@ static void check(fz_engine *e, bool bytes)
             fz_fail(w, e, "allocation %d is spilled with %d pins and %d "
                     "leases", a, al->pins, al->leases);
     }
+    /* A read orders itself after queued work on its own base only: work
+     * on a queue through the other base of aliased memory (a wrap, or the
+     * allocation it wraps) is the caller's to wait for before reading
+     * (found by the soak: a wrap read while a queue still wrote the
+     * allocation under it). */
+    bool aliased = false;
+    for (int i = 0; i < FZ_NBUF && bytes && !aliased; i++)
+        aliased = e->buf[i].live && fz_aliased(e, e->buf[i].alloc);
+    for (int d = 0; aliased && d < w->ndev; d++)
+        if (fz_sync_device(e, w->dev[d]) != SW_OK)
+            fz_fail(w, e, "sw_device_synchronize before reading aliased "
+                    "memory failed");
     for (int i = 0; i < FZ_NBUF && bytes; i++)
         if (e->buf[i].live && (!e->buf[i].donated || !w->threaded))
             fz_check_bytes(e, i);
