@@ -1,7 +1,7 @@
 # Makefile -- spillway's front door.  On a fresh Debian machine
 #
 #   make demo     bootstrap, build, then `spillway info` and `spillway demo`
-#   make test     bootstrap, build (plain, ASan+UBSan, TSan), run every suite
+#   make test     bootstrap, build (plain, ASan+UBSan, TSan, libFuzzer), run every suite
 #
 # each install whatever is missing (system packages through apt, a Python
 # venv with the pinned build tools) and then configure, build and run.
@@ -12,6 +12,8 @@
 #   build-asan/   + AddressSanitizer and UndefinedBehaviorSanitizer
 #   build-tsan/   + ThreadSanitizer
 #   build-release/ release, no assertions                  (make bench)
+#   build-fuzz/   clang, ASan+UBSan, the library instrumented for libFuzzer:
+#                 the fuzz targets (make fuzz; docs/testing.md)
 # Suite logs go to build/logs/NAME.log.
 
 .DEFAULT_GOAL := build
@@ -107,25 +109,52 @@ ALL_SUITES += python-ze '$(call PY_BUILT,build) scripts/if-device.sh ze:0 $(call
 ALL_SUITES += c-host    'SW_TEST_DEVICE=host:0 build/$(TEST_BIN)'
 ALL_SUITES += c-host-asan 'SW_TEST_DEVICE=host:0 $(ASAN_ENV) build-asan/$(TEST_BIN)'
 ALL_SUITES += python-host '$(call PY_BUILT,build) $(call PY_SUITE,SPILLWAY_BUILD_DIR=build SPILLWAY_DEVICE=host:0)'
+# The model-based fuzzer (tests/fuzz, docs/testing.md): fixed-seed,
+# time-boxed libFuzzer runs from the committed seeds under ASan+UBSan (two
+# sim devices; OpenCL beside a sim device, where present; CUDA through the
+# CPU stand-in beside a sim device; host:0, which never spills, beside a sim
+# device), the threaded variant under TSan (its
+# plain replayer: libFuzzer's coverage counters are themselves a data race
+# to TSan), and the plain replayers in the normal build.  "not run" where
+# build-fuzz/ could not be made (no clang with libFuzzer).
+FUZZ_RUN := tests/fuzz/run.sh
+FUZZ_SEEDS := tests/fuzz/seeds
+FUZZ_BIN := build-fuzz/tests/fuzz
+FUZZ_CI_RUNS ?= 400
+FUZZ_CI_TIME ?= 15
+FUZZ_CI = -seed=1 -runs=$(FUZZ_CI_RUNS) -max_total_time=$(FUZZ_CI_TIME) -max_len=4096
+ALL_SUITES += fuzz-sim  'FUZZ_DEVICES=sim:0,sim:1 $(ASAN_ENV) $(FUZZ_RUN) $(FUZZ_BIN)/fuzz_spillway $(FUZZ_SEEDS)/spillway $(FUZZ_CI)'
+ALL_SUITES += fuzz-opencl '$(ASAN_ENV) $(POCL_LSAN) scripts/if-device.sh opencl:0 env FUZZ_DEVICES=opencl:0,sim:0 FUZZ_REOPEN=8 $(FUZZ_RUN) $(FUZZ_BIN)/fuzz_spillway $(FUZZ_SEEDS)/spillway $(FUZZ_CI)'
+ALL_SUITES += fuzz-cuda-fake 'SPILLWAY_CUDA_LIBRARY=build-fuzz/tests/c/libcuda_fake.so FUZZ_DEVICES=cuda:0,sim:0 $(ASAN_ENV) $(FUZZ_RUN) $(FUZZ_BIN)/fuzz_spillway $(FUZZ_SEEDS)/spillway $(FUZZ_CI)'
+ALL_SUITES += fuzz-host 'FUZZ_DEVICES=host:0,sim:0 $(ASAN_ENV) $(FUZZ_RUN) $(FUZZ_BIN)/fuzz_spillway $(FUZZ_SEEDS)/spillway $(FUZZ_CI)'
+ALL_SUITES += fuzz-tsan 'FUZZ_DEVICES=sim:0,sim:1 $(TSAN_ENV) scripts/tsan-exec.sh $(FUZZ_RUN) build-tsan/tests/fuzz/fuzz_spillway_threads_replay $(FUZZ_SEEDS)/threads -seed=1 -runs=40 -max_total_time=$(FUZZ_CI_TIME)'
+ALL_SUITES += fuzz-replay '$(FUZZ_RUN) build/tests/fuzz/fuzz_spillway_replay $(FUZZ_SEEDS)/spillway -seed=1 -runs=50'
+ALL_SUITES += fuzz-replay-mt '$(FUZZ_RUN) build/tests/fuzz/fuzz_spillway_threads_replay $(FUZZ_SEEDS)/threads -seed=1 -runs=10'
+# The soak (tests/soak), briefly: `make soak DURATION=10m` runs it longer.
+ALL_SUITES += soak      'build/tests/soak/spillway-soak --duration 10s --seed 1 --epoch 1'
 SUITES ?=
 
 # ---------------------------------------------------------------------------
 
 .PHONY: all build build-asan build-tsan build-release build-all test demo bench bootstrap \
-        coverage-hostoom \
+        coverage-hostoom build-fuzz build-fuzz-all fuzz soak \
         system venv clean distclean help
 
 all: build
 
 help:
 	@echo "make demo       bootstrap, build, show devices and run the demo"
-	@echo "make test       bootstrap, build all three build dirs, run every suite"
+	@echo "make test       bootstrap, build (plain, ASan+UBSan, TSan, libFuzzer), run every suite"
 	@echo "make build      bootstrap and build build/ (the default)"
 	@echo "make bench      release build, then run the benchmarks in build-release/bench"
 	@echo "                and bench/bench_python.py, bench_queues.py, bench_interop.py,"
 	@echo "                bench_dask.py"
 	@echo "make bootstrap  install missing system packages and the venv only"
 	@echo "make coverage-hostoom  which host-allocation failure paths the fault tests reach"
+	@echo "make fuzz       run the libFuzzer target until interrupted (FUZZ_TIME=seconds,"
+	@echo "                FUZZ_TARGET=fuzz_spillway|fuzz_spillway_threads, FUZZ_DEVICES=sim:0,sim:1);"
+	@echo "                its corpus grows in tests/fuzz/corpus/"
+	@echo "make soak       the soak (DURATION=10m, SOAK_DEVICE=sim:0, SOAK_THREADS=4, SOAK_FAULTS=1)"
 	@echo "make clean      remove the build directories (keeps .venv)"
 	@echo "make distclean  clean, and remove .venv and Python caches"
 	@echo "variables: SUITES=\"c c-tsan\" runs a subset of the suites;"
@@ -180,10 +209,64 @@ build-release: build-release/build.ninja
 
 build-all: build build-asan build-tsan
 
+# The fuzz targets: clang with libFuzzer, ASan+UBSan, the whole library
+# instrumented for coverage (-fsanitize=fuzzer-no-link), only what the
+# fuzz suites run built.  Where clang cannot link libFuzzer, build-fuzz-all
+# says so and the fuzz suites report "not run".
+FUZZ_CC ?= clang
+FUZZ_OPTS := -Dfuzz=enabled -Dpython=disabled -Db_lundef=false \
+             -Db_sanitize=address,undefined \
+             '-Dc_args=-fsanitize=fuzzer-no-link -fno-omit-frame-pointer'
+FUZZ_TARGETS := tests/fuzz/fuzz_spillway tests/fuzz/fuzz_spillway_threads \
+                tests/c/libcuda_fake.so
+
+build-fuzz/build.ninja: $(VENV_STAMP) Makefile | system
+	@CC=$(FUZZ_CC) MESON=$(MESON) scripts/configure.sh build-fuzz $(MESON_OPTS) $(FUZZ_OPTS)
+	@touch $@
+
+build-fuzz: build-fuzz/build.ninja
+	$(NINJA) -C build-fuzz $(FUZZ_TARGETS)
+
+build-fuzz-all: | system
+	@if printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }\n' | \
+	    $(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null >/dev/null 2>&1; then \
+	  $(MAKE) build-fuzz; \
+	else \
+	  echo "make: $(FUZZ_CC) cannot link libFuzzer (-fsanitize=fuzzer): the fuzz suites will not run"; \
+	fi
+
 # --- run --------------------------------------------------------------------
 
-test: build-all
+test: build-all build-fuzz-all
 	@SW_SUITES="$(SUITES)" scripts/run-suites.sh $(ALL_SUITES)
+
+# Open-ended fuzzing: until interrupted, or FUZZ_TIME seconds.  New inputs
+# go to tests/fuzz/corpus/TARGET/ (not committed; the seeds are
+# tests/fuzz/seeds/), crash inputs to build/fuzz-artifacts/TARGET/.
+# FUZZ_JOBS=N runs N fuzzers on the corpus in parallel.
+FUZZ_TARGET ?= fuzz_spillway
+FUZZ_TIME ?= 0
+FUZZ_JOBS ?= 1
+FUZZ_DEVICES ?= sim:0,sim:1
+fuzz: build-fuzz-all
+	@seeds=$(FUZZ_SEEDS)/$(if $(findstring threads,$(FUZZ_TARGET)),threads,spillway); \
+	FUZZ_CORPUS=tests/fuzz/corpus/$(FUZZ_TARGET) FUZZ_DEVICES=$(FUZZ_DEVICES) \
+	$(ASAN_ENV) $(POCL_LSAN) \
+	SPILLWAY_CUDA_LIBRARY=$${SPILLWAY_CUDA_LIBRARY:-build-fuzz/tests/c/libcuda_fake.so} \
+	$(FUZZ_RUN) $(FUZZ_BIN)/$(FUZZ_TARGET) $$seeds -max_total_time=$(FUZZ_TIME) \
+	  -max_len=4096 $(if $(filter-out 1,$(FUZZ_JOBS)),-jobs=$(FUZZ_JOBS) -workers=$(FUZZ_JOBS))
+
+# The soak: worker threads under a moving budget, every byte checked, the
+# device checked whole every epoch and empty at the end.
+# SOAK_FAULTS=1 also injects device faults under the workers' feet.
+DURATION ?= 10m
+SOAK_DEVICE ?= sim:0
+SOAK_THREADS ?= 4
+SOAK_FAULTS ?= 0
+soak: build
+	SPILLWAY_CUDA_LIBRARY=$${SPILLWAY_CUDA_LIBRARY:-build/tests/c/libcuda_fake.so} \
+	build/tests/soak/spillway-soak --duration $(DURATION) --device $(SOAK_DEVICE) \
+	  --threads $(SOAK_THREADS) --faults $(SOAK_FAULTS)
 
 demo: build
 	build/spillway info
@@ -216,7 +299,7 @@ coverage-hostoom: venv
 # --- clean ------------------------------------------------------------------
 
 clean:
-	rm -rf build build-asan build-tsan build-release build-cov
+	rm -rf build build-asan build-tsan build-release build-cov build-fuzz
 
 distclean: clean
 	rm -rf $(VENV)

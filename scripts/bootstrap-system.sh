@@ -5,7 +5,9 @@
 # Needed: a C compiler (gcc), pkg-config, python3 with venv support and its C
 # headers, the OpenCL ICD loader and headers (ocl-icd-opencl-dev,
 # opencl-c-headers) and PoCL (pocl-opencl-icd), the CPU OpenCL runtime the
-# OpenCL backend is tested on.  clinfo is optional (handy for looking).
+# OpenCL backend is tested on, and clang with its sanitizer and libFuzzer
+# runtimes (clang, libclang-rt-dev) for the fuzz suites (tests/fuzz; without
+# them those suites are "not run").  clinfo is optional (handy for looking).
 #
 # Wanted, not needed (no backend needs them to build or run; see
 # debian_optional below): ROCm's HIP headers (libamdhip64-dev, which brings
@@ -68,7 +70,7 @@ deb_installed() {
 
 debian_bootstrap() {
     local -a want=(gcc libc6-dev make pkg-config ocl-icd-opencl-dev
-                   opencl-c-headers pocl-opencl-icd)
+                   opencl-c-headers pocl-opencl-icd clang libclang-rt-dev)
     # The python packages only matter for Debian's own python3: a python3 from
     # elsewhere (pyenv, a venv) brings its own venv module and headers.
     if ! probe_python; then
@@ -198,6 +200,9 @@ other_bootstrap() {
     fi
     if [[ ! -d /etc/OpenCL/vendors ]]; then
         notes+=("an OpenCL runtime such as PoCL (pocl) -- optional, for the OpenCL device")
+    fi
+    if ! have clang; then
+        notes+=("clang with its compiler-rt (sanitizers, libFuzzer) -- optional, for the fuzz suites")
     fi
     if ((${#notes[@]})); then
         warn "not a Debian system: install these with your package manager:"

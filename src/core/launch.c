@@ -195,8 +195,11 @@ static _Thread_local struct {
 SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
                            sw_devmem *ptrs)
 {
-    if ((bufs == NULL || ptrs == NULL) && n > 0)
+    if ((bufs == NULL || ptrs == NULL) && n > 0) {
+        if (ptrs != NULL) /* out-parameters are cleared on failure */
+            memset(ptrs, 0, n * sizeof *ptrs);
         return sw__errorf(SW_ERR_INVALID_ARG, "bufs or ptrs is NULL");
+    }
     int rc = sw__device_enter(dev);
     if (rc != SW_OK) {
         if (ptrs != NULL)

@@ -48,11 +48,15 @@ SW_API int sw_buffer_wrap(sw_device *dev, sw_devmem mem, size_t size,
  * releases its memory. */
 SW_API int sw_buffer_expose(sw_buffer *h, sw_devmem *ptr, sw_lease **out)
 {
+    /* Out-parameters are cleared on failure, the one given too. */
+    if (ptr != NULL) {
+        ptr->base = 0;
+        ptr->offset = 0;
+    }
+    if (out != NULL)
+        *out = NULL;
     if (ptr == NULL || out == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "ptr or out is NULL");
-    ptr->base = 0;
-    ptr->offset = 0;
-    *out = NULL;
     sw__buf *buf;
     sw_device *dev;
     int rc = sw__buffer_enter(h, &buf, &dev);

@@ -76,6 +76,10 @@ SW_API int sw_order_add(sw_order *o, sw_event *h, int host_task)
 
 SW_API int sw_order_counts(sw_order *o, size_t *submitted, size_t *host_tasks)
 {
+    if (submitted != NULL) /* out-parameters are cleared on failure */
+        *submitted = 0;
+    if (host_tasks != NULL)
+        *host_tasks = 0;
     if (o == NULL || submitted == NULL || host_tasks == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "NULL argument");
     prune(o);
@@ -92,6 +96,8 @@ SW_API sw_event *sw_order_event(sw_order *o, int host_task, size_t i)
 
 SW_API int sw_order_idle(sw_order *o, int *idle)
 {
+    if (idle != NULL) /* cleared on failure */
+        *idle = 0;
     if (o == NULL || idle == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "NULL argument");
     prune(o);

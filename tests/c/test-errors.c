@@ -300,6 +300,36 @@ static void expect_buffer_rejected(sw_device *dev, sw_buffer *h,
     ASSERT_ERR(sw_buffer_free(h), SW_ERR_INVALID_HANDLE);
 }
 
+/* A call refused because one pointer argument is NULL still clears the
+ * out-parameters it was given (found by the fuzzer: these four returned
+ * first and left them as they were). */
+TEST(null_argument_clears_outparams)
+{
+    sw_device *dev = test_device();
+    sw_buffer *buf = NULL;
+    ASSERT_OK(sw_buffer_alloc(dev, 64, "outparams", &buf));
+    static int junk;
+    sw_lease *lease = (sw_lease *)&junk;
+    ASSERT_ERR(sw_buffer_expose(buf, NULL, &lease), SW_ERR_INVALID_ARG);
+    ASSERT_NULL(lease);
+    sw_devmem m = {3, 3};
+    ASSERT_ERR(sw_buffer_expose(buf, &m, NULL), SW_ERR_INVALID_ARG);
+    ASSERT_UEQ(m.base, 0);
+    ASSERT_UEQ(m.offset, 0);
+    sw_devmem p[2] = {{3, 3}, {3, 3}};
+    ASSERT_ERR(sw_launch_begin(dev, NULL, 2, p), SW_ERR_INVALID_ARG);
+    ASSERT_UEQ(p[0].base, 0);
+    ASSERT_UEQ(p[1].offset, 0);
+    size_t sub = 5, host = 5;
+    ASSERT_ERR(sw_order_counts(NULL, &sub, &host), SW_ERR_INVALID_ARG);
+    ASSERT_EQ(sub, 0);
+    ASSERT_EQ(host, 0);
+    int idle = 5;
+    ASSERT_ERR(sw_order_idle(NULL, &idle), SW_ERR_INVALID_ARG);
+    ASSERT_EQ(idle, 0);
+    ASSERT_OK(sw_buffer_free(buf));
+}
+
 TEST(foreign_handles)
 {
     sw_device *dev = test_device();

@@ -37,6 +37,7 @@
     X(error_last_error_per_thread)                                            \
     X(null_destroy_noop)                                                      \
     X(null_arguments)                                                         \
+    X(null_argument_clears_outparams)                                         \
     X(foreign_handles)                                                        \
     X(stale_buffer_handles)                                                   \
     X(stale_event_handles)                                                    \

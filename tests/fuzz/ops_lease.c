@@ -1,0 +1,202 @@
+/*
+ * ops_lease.c -- device pointers, exposure leases, and external buffers
+ * wrapped over a leased buffer's memory (sw_buffer_wrap): an external
+ * buffer aliases the leased allocation's bytes, so the shadow maps it onto
+ * them (fz_bytes follows ext_of).
+ */
+#include "model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The devmem the header promises for handle i while it is resident. */
+void fz_check_devmem(fz_engine *e, int i, sw_devmem m, const char *what,
+                     bool bytes)
+{
+    fz_buf *b = &e->buf[i];
+    size_t ro;
+    (void)fz_root(e, b->alloc, b->off, &ro);
+    /* An allocation of 0 bytes (owned or wrapped) has no memory: base 0,
+     * and so offset 0, for every handle of it. */
+    if (e->alloc[b->alloc].size == 0) {
+        if (m.base != 0 || m.offset != 0)
+            fz_fail(e->w, e, "%s of a 0-byte allocation: base %#lx offset "
+                    "%zu", what, (unsigned long)m.base, m.offset);
+        return;
+    }
+    if (m.base == 0 || m.offset != ro)
+        fz_fail(e->w, e, "%s of handle %d: base %#lx offset %zu, want a "
+                "base and offset %zu", what, i, (unsigned long)m.base,
+                m.offset, ro);
+    /* Where device memory is host memory, the bytes are there too, once
+     * all work queued before this step has completed (the last check
+     * waited for it, unless it was a burst's). */
+    int devi = e->alloc[b->alloc].devi;
+    if (bytes && e->w->host_addressable[devi] && b->size > 0 &&
+        !e->in_flight &&
+        memcmp((const void *)(m.base + m.offset),
+               fz_bytes(e, b->alloc, b->off), b->size) != 0)
+        fz_fail(e->w, e, "%s of handle %d: the device memory at base + "
+                "offset differs from the shadow", what, i);
+}
+
+static bool op_device_ptr(fz_engine *e, fz_src *s)
+{
+    int i = fz_pick_buf(e, s, false);
+    if (i < 0)
+        return false;
+    int slots[1] = {i};
+    fz_note(e, "device_ptr of handle %d", i);
+    sw_devmem m = {7, 7};
+    int rc = sw_buffer_device_ptr(e->buf[i].h, &m);
+    if (!fz_result(e, "sw_buffer_device_ptr", rc, fz_expect_for(e, slots, 1),
+                   0, NULL)) {
+        if (m.base != 0 || m.offset != 0)
+            fz_fail(e->w, e, "a failed sw_buffer_device_ptr left *out set");
+        return true;
+    }
+    fz_expect_resident(e, i, "sw_buffer_device_ptr");
+    if (!e->w->threaded)
+        fz_check_devmem(e, i, m, "sw_buffer_device_ptr", true);
+    return true;
+}
+
+static int free_lease(fz_engine *e)
+{
+    for (int l = 0; l < FZ_NLEASE; l++)
+        if (!e->lease[l].live)
+            return l;
+    return -1;
+}
+
+static bool op_expose(fz_engine *e, fz_src *s)
+{
+    int i = fz_pick_buf(e, s, false);
+    int l = free_lease(e);
+    if (i < 0 || l < 0)
+        return false;
+    int slots[1] = {i};
+    fz_note(e, "expose handle %d", i);
+    sw_devmem m = {7, 7};
+    sw_lease *ls = (sw_lease *)(uintptr_t)0xA5A5;
+    int rc = sw_buffer_expose(e->buf[i].h, &m, &ls);
+    if (!fz_result(e, "sw_buffer_expose", rc, fz_expect_for(e, slots, 1), 0,
+                   NULL)) {
+        if (m.base != 0 || m.offset != 0 || ls != NULL)
+            fz_fail(e->w, e, "a failed sw_buffer_expose left *out set");
+        return true;
+    }
+    fz_lease *fl = &e->lease[l];
+    memset(fl, 0, sizeof *fl);
+    fl->live = true;
+    fl->l = ls;
+    fl->alloc = e->buf[i].alloc;
+    fl->mem = m;
+    fl->buf_off = (int)e->buf[i].off;
+    fz_note_more(e, " -> lease %d", l);
+    e->alloc[fl->alloc].leases++;
+    fz_expect_resident(e, i, "sw_buffer_expose");
+    fz_check_devmem(e, i, m, "sw_buffer_expose", true);
+    return true;
+}
+
+static bool op_release(fz_engine *e, fz_src *s)
+{
+    int start = (int)fz_below(s, FZ_NLEASE), l = -1;
+    for (int k = 0; k < FZ_NLEASE && l < 0; k++) {
+        int j = (start + k) % FZ_NLEASE;
+        /* Wrapped buffers must not outlive the lease they wrap. */
+        if (e->lease[j].live && e->lease[j].wraps == 0)
+            l = j;
+    }
+    if (l < 0)
+        return false;
+    fz_lease *fl = &e->lease[l];
+    fz_note(e, "release lease %d (allocation %d)", l, fl->alloc);
+    int rc = sw_lease_release(fl->l);
+    fz_result(e, "sw_lease_release", rc, FZ_OK, 0, NULL);
+    fl->live = false;
+    fz_remember_dead(e, 1, fl->l);
+    e->alloc[fl->alloc].leases--;
+    fz_model_maybe_release(e, fl->alloc);
+    return true;
+}
+
+static bool op_wrap(fz_engine *e, fz_src *s)
+{
+    int start = (int)fz_below(s, FZ_NLEASE), l = -1;
+    for (int k = 0; k < FZ_NLEASE && l < 0; k++)
+        if (e->lease[(start + k) % FZ_NLEASE].live)
+            l = (start + k) % FZ_NLEASE;
+    if (l < 0 || fz_free_buf_slot(e) < 0 || fz_free_alloc_slot(e) < 0)
+        return false;
+    fz_lease *fl = &e->lease[l];
+    /* Any range of the leased allocation's memory from the exposed
+     * pointer on: the lease keeps all of it. */
+    size_t ro;
+    int r = fz_root(e, fl->alloc, (size_t)fl->buf_off, &ro);
+    size_t room = e->alloc[r].size - ro;
+    size_t k = fz_below(s, room + 1);
+    size_t len = fz_below(s, room - k + 1);
+    if (fz_u8(s) < 64)
+        k &= ~(size_t)7, len &= ~(size_t)7;
+    sw_devmem m = fl->mem;
+    if (m.base == 0)
+        k = len = 0; /* a 0-byte allocation: only 0 bytes at 0 */
+    else
+        m.offset += k;
+    int devi = e->alloc[fl->alloc].devi;
+    fz_note(e, "wrap %zu bytes at lease %d + %zu", len, l, k);
+    sw_buffer *h = (sw_buffer *)(uintptr_t)0xA5A5;
+    int rc = sw_buffer_wrap(e->w->dev[devi], m, len, "wrapped", &h);
+    if (!fz_result(e, "sw_buffer_wrap", rc, FZ_OK, 0, NULL)) {
+        if (h != NULL)
+            fz_fail(e->w, e, "a failed sw_buffer_wrap left *out set");
+        return true;
+    }
+    int a = fz_new_alloc(e, devi, len, true);
+    fz_alloc *al = &e->alloc[a];
+    al->ext_of = fl->alloc;
+    al->ext_off = (size_t)fl->buf_off + k;
+    al->ext_lease = l;
+    al->readonly = e->alloc[fl->alloc].readonly;
+    fl->wraps++;
+    int i = fz_new_buf(e, h, a, 0, len, false, "wrapped");
+    fz_note_more(e, " -> handle %d, allocation %d over allocation %d + %zu",
+                 i, a, al->ext_of, al->ext_off);
+    sw_buffer_state st = SW_SPILLED;
+    if (sw_buffer_state_get(h, &st) != SW_OK || st != SW_RESIDENT)
+        fz_fail(e->w, e, "a wrapped buffer is not resident");
+    (void)i;
+    return true;
+}
+
+/* sw_buffer_prefetch: a restore started ahead of use (and q, if given,
+ * ordered after it).  It leaves the data as it was; the buffer is on its
+ * way back unless a spill of it was still in flight. */
+static bool op_prefetch(fz_engine *e, fz_src *s)
+{
+    int i = fz_pick_buf(e, s, false);
+    if (i < 0)
+        return false;
+    int devi = e->alloc[e->buf[i].alloc].devi;
+    int q = fz_u8(s) < 128 ? fz_pick_queue(e, s, devi) : -1;
+    int slots[1] = {i};
+    fz_note(e, "prefetch handle %d%s", i, q >= 0 ? " for a queue" : "");
+    int rc = sw_buffer_prefetch(e->buf[i].h,
+                                q >= 0 ? e->queue[devi][q].q : NULL);
+    fz_result(e, "sw_buffer_prefetch", rc, fz_expect_for(e, slots, 1), 0,
+              NULL);
+    return true;
+}
+
+bool fz_op_lease(fz_engine *e, fz_src *s, unsigned k)
+{
+    switch (k) {
+    case 0: return op_device_ptr(e, s);
+    case 1: return op_expose(e, s);
+    case 2: return op_release(e, s);
+    case 3: return op_wrap(e, s);
+    default: return op_prefetch(e, s);
+    }
+}
