@@ -57,8 +57,12 @@ ALL_SUITES += c-tsan    'SW_TEST_DEVICE=sim:0 $(TSAN_ENV) scripts/tsan-exec.sh b
 # OpenCL (PoCL in CI): the whole suite, plain and under ASan+UBSan, and the
 # thread tests under TSan; "not run" where `spillway devices` lists no
 # opencl:0.  LeakSanitizer skips what PoCL and LLVM keep for the process's
-# life (tests/sanitizers/lsan-pocl.supp, docs/opencl.md).
-POCL_LSAN := LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan-pocl.supp:print_suppressions=0
+# life (tests/sanitizers/lsan-pocl.supp, docs/opencl.md).  And ASan keeps
+# no alternate signal stack of its own: PoCL's LLVM, compiling kernels on
+# a thread, swaps in a larger one it mallocs, which ASan then fails to
+# unmap when the thread exits ("unable to unmap", an abort).
+POCL_LSAN := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:use_sigaltstack=0 \
+             LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan-pocl.supp:print_suppressions=0
 ALL_SUITES += c-opencl  'scripts/if-device.sh opencl:0 build/$(TEST_BIN)'
 ALL_SUITES += c-opencl-asan '$(ASAN_ENV) $(POCL_LSAN) scripts/if-device.sh opencl:0 build-asan/$(TEST_BIN)'
 ALL_SUITES += c-opencl-tsan '$(TSAN_ENV) scripts/if-device.sh opencl:0 scripts/tsan-exec.sh build-tsan/$(TEST_BIN) thread'
