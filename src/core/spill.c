@@ -377,10 +377,21 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
             continue;
         }
         /* Other queues' work on it first (device-side, never blocks). */
-        if (b->qmask != 0 && (rc = sw__order_use_locked(dev, b, NULL))) {
-            b->tmp_next = skipped;
-            skipped = b;
-            break;
+        if (b->qmask != 0) {
+            if ((rc = sw__order_use_locked(dev, b, NULL)) != SW_OK) {
+                b->tmp_next = skipped;
+                skipped = b;
+                break;
+            }
+            /* The default queue now waits for that work, but a copy
+             * queue wait made at an earlier victim covers only what the
+             * default queue held then (an event recorded there): wait
+             * again, or this victim's copy out may run before another
+             * queue's work on it has landed (a copy or kernel on a
+             * queue, then a budget spilling its output after another
+             * victim: the host copy missed the result; found by the
+             * soak, test queue_spill_later_victim_waits_for_queue). */
+            ordered = false;
         }
         if (!ordered && dev->copyq != NULL &&
             (rc = sw__b_queue_wait(dev, cq, dev->q)) != SW_OK) {

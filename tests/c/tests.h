@@ -198,6 +198,7 @@
     X(queue_ops_ordered_for_host)                                             \
     X(queue_free_while_queued)                                                \
     X(queue_spill_waits_for_queue)                                            \
+    X(queue_spill_later_victim_waits_for_queue)                               \
     X(queue_host_task)                                                        \
     X(queue_released_inside_host_task)                                        \
     X(queue_churn_bounded)                                                    \
