@@ -113,6 +113,8 @@ int sw__thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
 
 /* Devices */
 
+const char *sw__b_name(const sw__backend_ops *ops) { return ops->name; }
+
 bool sw__b_usable(const sw__backend_ops *ops)
 {
     /* wait_event (version 2) is what keeps work on two queues ordered

@@ -261,10 +261,10 @@ static int open_registered(const char *spec, size_t bi, int index,
     if (index >= n || index >= MAX_DEVICES) {
         if (n == 0)
             return sw__errorf(SW_ERR_NO_DEVICE, "%s: no %s devices%s%s",
-                              spec, ops->name, why[0] ? ": " : "", why);
+                              spec, sw__b_name(ops), why[0] ? ": " : "", why);
         return sw__errorf(SW_ERR_NO_DEVICE, "%s: %s has %d device%s "
-                          "(%s:0..%s:%d)", spec, ops->name, n,
-                          n == 1 ? "" : "s", ops->name, ops->name, n - 1);
+                          "(%s:0..%s:%d)", spec, sw__b_name(ops), n,
+                          n == 1 ? "" : "s", sw__b_name(ops), sw__b_name(ops), n - 1);
     }
     sw_device *dev = &registry[bi][index];
     if (atomic_load_explicit(&dev->magic, memory_order_relaxed) !=
@@ -273,7 +273,7 @@ static int open_registered(const char *spec, size_t bi, int index,
         pthread_cond_init(&dev->moved, NULL);
         dev->ops = ops;
         dev->index = index;
-        snprintf(dev->name, sizeof dev->name, "%s:%d", ops->name, index);
+        snprintf(dev->name, sizeof dev->name, "%s:%d", sw__b_name(ops), index);
         atomic_store_explicit(&dev->magic, SW__DEVICE_MAGIC,
                               memory_order_release);
     }

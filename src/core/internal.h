@@ -589,6 +589,8 @@ bool sw__host_fault(void);
 void sw__arm_nodev_fault(uint64_t nth, bool persistent);
 
 /* The table has every member the core needs (version >= 2). */
+/* The backend's kind, as in specs ("sim", "cuda", ...). */
+const char *sw__b_name(const sw__backend_ops *ops);
 bool sw__b_usable(const sw__backend_ops *ops);
 int sw__b_device_count(const sw__backend_ops *ops, int *count, char *why,
                        size_t why_len);
