@@ -259,12 +259,13 @@ static int open_registered(const char *spec, size_t bi, int index,
     if (rc != SW_OK)
         return rc;
     if (index >= n || index >= MAX_DEVICES) {
+        const char *kind = sw__b_name(ops);
         if (n == 0)
             return sw__errorf(SW_ERR_NO_DEVICE, "%s: no %s devices%s%s",
-                              spec, sw__b_name(ops), why[0] ? ": " : "", why);
+                              spec, kind, why[0] ? ": " : "", why);
         return sw__errorf(SW_ERR_NO_DEVICE, "%s: %s has %d device%s "
-                          "(%s:0..%s:%d)", spec, sw__b_name(ops), n,
-                          n == 1 ? "" : "s", sw__b_name(ops), sw__b_name(ops), n - 1);
+                          "(%s:0..%s:%d)", spec, kind, n,
+                          n == 1 ? "" : "s", kind, kind, n - 1);
     }
     sw_device *dev = &registry[bi][index];
     if (atomic_load_explicit(&dev->magic, memory_order_relaxed) !=
