@@ -62,6 +62,10 @@ ALL_SUITES =
 ALL_SUITES += c         'SW_TEST_DEVICE=sim:0 build/$(TEST_BIN)'
 ALL_SUITES += c-asan    'SW_TEST_DEVICE=sim:0 $(ASAN_ENV) build-asan/$(TEST_BIN)'
 ALL_SUITES += c-tsan    'SW_TEST_DEVICE=sim:0 $(TSAN_ENV) scripts/tsan-exec.sh build-tsan/$(TEST_BIN) thread'
+# The sim runs small work at once on an idle queue (src/backend/sim.c,
+# SIM__INLINE_MAX); here everything goes through its workers, so that the
+# ordering of small work is checked asynchronously too.
+ALL_SUITES += c-sim-queued 'SW_TEST_DEVICE=sim:0 SPILLWAY_SIM_INLINE=0 build/$(TEST_BIN)'
 # OpenCL (PoCL in CI): the whole suite, plain and under ASan+UBSan, and the
 # thread tests under TSan; "not run" where `spillway devices` lists no
 # opencl:0.  LeakSanitizer skips what PoCL and LLVM keep for the process's

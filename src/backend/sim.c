@@ -23,8 +23,10 @@
  * a FIFO of commands run by a pool of worker threads shared by all queues
  * (one worker per queue at a time, so in order); all device work,
  * transfers included, runs there, so it is as asynchronous as on real
- * hardware and ordering bugs show up.  (The one shortcut: a small free on
- * a queue with nothing pending runs at once, which stream order allows.)
+ * hardware and ordering bugs show up.  (The one shortcut: small work -- a
+ * free, a kernel or a transfer of at most 4 KiB -- on a queue with nothing
+ * pending runs at once on the caller, which stream order allows;
+ * SPILLWAY_SIM_INLINE=0 turns it off for all but frees.)
  * Besides the default queue each device has a copy queue (contract v3),
  * so that spills and restores run beside kernels; SPILLWAY_SIM_COPY_QUEUE=0
  * turns it off.
@@ -75,6 +77,15 @@
  * memory comes back soon. */
 #define SIM__LAZY_FREES 64
 #define SIM__LAZY_FREE_MAX ((size_t)1 << 20)
+/* Device work on at most this many bytes (each operand of a kernel, a
+ * transfer) runs at once on the caller when its
+ * queue is idle, as the small frees do: handing it to a worker and waiting
+ * for it is two cross-thread wake-ups (~10 us, sum(a)'s whole cost)
+ * against well under 1 us of work, and stream order already holds
+ * (nothing is pending before it, and only the caller, under the core's
+ * lock, can queue more).  SPILLWAY_SIM_INLINE=0 sends everything through
+ * the workers: the sim then shows ordering bugs on small arrays too. */
+#define SIM__INLINE_MAX ((size_t)4096)
 
 /* ------------------------------------------------------------------------
  * Types
@@ -169,6 +180,7 @@ struct sw__bdev {
     sw__bqueue *copy_q; /* spills and restores (contract v3 copy_queue) */
     sw__bqueue *queues; /* all of them, default included; registry mutex */
     sw__bdev *next;     /* in sim__devices, under sim__registry_mu */
+    size_t inline_max;  /* SIM__INLINE_MAX, or 0: SPILLWAY_SIM_INLINE=0 */
 };
 
 /* ------------------------------------------------------------------------
@@ -802,6 +814,13 @@ static int sim__env_copy_queue(void)
     return !(s && strcmp(s, "0") == 0);
 }
 
+/* SPILLWAY_SIM_INLINE=0: no small work inline (SIM__INLINE_MAX). */
+static size_t sim__env_inline_max(void)
+{
+    const char *s = getenv("SPILLWAY_SIM_INLINE");
+    return s && strcmp(s, "0") == 0 ? 0 : SIM__INLINE_MAX;
+}
+
 /* ------------------------------------------------------------------------
  * Operations: devices and memory
  * ---------------------------------------------------------------------- */
@@ -843,6 +862,7 @@ static int sim_open(int index, sw__bdev **out, sw__device_props *props)
         return sw__errorf(SW_ERR_HOST_OOM, "sim:%d: out of host memory",
                           index);
     dev->index = index;
+    dev->inline_max = sim__env_inline_max();
     rc = sw__sim_arena_init(&dev->arena, index, (size_t)cap);
     if (rc != SW_OK) {
         sw__free(dev);
@@ -1016,9 +1036,36 @@ static int sim_wait_event(sw__bqueue *q, sw__bevent *ev)
     return rc;
 }
 
+/* Whether work on `bytes` runs now, on the caller (SIM__INLINE_MAX). */
+static int sim__inline(sw__bqueue *q, size_t bytes)
+{
+    if (bytes > q->dev->inline_max)
+        return 0;
+    pthread_mutex_lock(&q->mu);
+    int idle = !q->head && q->completed == q->submitted;
+    pthread_mutex_unlock(&q->mu);
+    return idle;
+}
+
+/* c, built on the caller's stack, run now (checked as a worker would). */
+static int sim__run_inline(sw__bqueue *q, sim__cmd *c, sim__cmd_kind kind)
+{
+    c->link.kind = kind;
+    c->link.next = NULL;
+    sim__execute(q, &c->link);
+    return SW_OK;
+}
+
 static int sim_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
                      const void *src, size_t n)
 {
+    if (sim__inline(q, n)) {
+        sim__cmd c;
+        c.u.write.dst = dst + dst_off;
+        c.u.write.src = src;
+        c.u.write.n = n;
+        return sim__run_inline(q, &c, SIM__CMD_WRITE);
+    }
     sim__cmd *c = sim__cmd_new(q, SIM__CMD_WRITE);
     if (!c)
         return SW_ERR_HOST_OOM;
@@ -1031,6 +1078,13 @@ static int sim_write(sw__bqueue *q, uintptr_t dst, size_t dst_off,
 static int sim_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
                     size_t n)
 {
+    if (sim__inline(q, n)) {
+        sim__cmd c;
+        c.u.read.dst = dst;
+        c.u.read.src = src + src_off;
+        c.u.read.n = n;
+        return sim__run_inline(q, &c, SIM__CMD_READ);
+    }
     sim__cmd *c = sim__cmd_new(q, SIM__CMD_READ);
     if (!c)
         return SW_ERR_HOST_OOM;
@@ -1043,6 +1097,13 @@ static int sim_read(sw__bqueue *q, void *dst, uintptr_t src, size_t src_off,
 static int sim_copy(sw__bqueue *q, uintptr_t dst, size_t dst_off,
                     uintptr_t src, size_t src_off, size_t n)
 {
+    if (sim__inline(q, n)) {
+        sim__cmd c;
+        c.u.copy.dst = dst + dst_off;
+        c.u.copy.src = src + src_off;
+        c.u.copy.n = n;
+        return sim__run_inline(q, &c, SIM__CMD_COPY);
+    }
     sim__cmd *c = sim__cmd_new(q, SIM__CMD_COPY);
     if (!c)
         return SW_ERR_HOST_OOM;
@@ -1055,6 +1116,14 @@ static int sim_copy(sw__bqueue *q, uintptr_t dst, size_t dst_off,
 static int sim_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
                     const void *pattern, size_t pattern_size)
 {
+    if (sim__inline(q, n)) {
+        sim__cmd c;
+        c.u.fill.dst = dst + dst_off;
+        c.u.fill.n = n;
+        c.u.fill.psize = pattern_size;
+        memcpy(c.u.fill.pattern, pattern, pattern_size);
+        return sim__run_inline(q, &c, SIM__CMD_FILL);
+    }
     sim__cmd *c = sim__cmd_new(q, SIM__CMD_FILL);
     if (!c)
         return SW_ERR_HOST_OOM;
@@ -1070,6 +1139,11 @@ static int sim_fill(sw__bqueue *q, uintptr_t dst, size_t dst_off, size_t n,
  * when the kernel runs. */
 static int sim_launch(sw__bqueue *q, const sw_kernel_args *args)
 {
+    if (sim__inline(q, args->n * sw_dtype_size(args->dtype))) {
+        sim__cmd c;
+        c.u.kernel = *args;
+        return sim__run_inline(q, &c, SIM__CMD_KERNEL);
+    }
     sim__cmd *c = sim__cmd_new(q, SIM__CMD_KERNEL);
     if (!c)
         return SW_ERR_HOST_OOM;

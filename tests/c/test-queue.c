@@ -123,6 +123,60 @@ TEST(queue_ops_ordered_for_host)
     ASSERT_OK(sw_queue_release(q));
 }
 
+/* Small work (a sum, a copy or a kernel on at most a few KiB) may run at
+ * once on the caller when its queue is idle (the sim does, SIM__INLINE_MAX):
+ * behind big work on its own queue or another's it must still wait. */
+TEST(queue_small_work_waits_for_big)
+{
+    enum { SMALL = 256 }; /* floats: 1 KiB */
+    sw_device *dev = test_device();
+    sw_queue *q = new_queue(dev);
+    sw_buffer *a = test_alloc(dev, NF * 4, "a");
+    sw_buffer *s = test_alloc(dev, SMALL * 4, "s");
+    sw_buffer *t = test_alloc(dev, SMALL * 4, "t");
+    fill_f32(a, NF, -1.0f);
+    ASSERT_OK(sw_device_synchronize(dev));
+    for (int round = 0; round < 8; round++) {
+        float v = (float)round;
+        /* Its own queue: a big fill, then a small copy out of its tail. */
+        fill_f32(a, NF, v);
+        ASSERT_OK(sw_buffer_copy(s, 0, a, (NF - SMALL) * 4, SMALL * 4));
+        /* Another queue: a big scale on q, then a small sum and a small
+         * kernel on the default queue reading what q wrote. */
+        sw_scalar two = {.f = 2.0};
+        ASSERT_OK(sw_op_scale_q(q, a, a, two, SW_FLOAT32, NF));
+        sw_buffer *tail = NULL;
+        ASSERT_OK(sw_buffer_view(a, (NF - SMALL) * 4, SMALL * 4, &tail));
+        sw_scalar sum;
+        ASSERT_OK(sw_op_sum(tail, SW_FLOAT32, SMALL, &sum));
+        ASSERT_TRUE(sum.f == (double)(2 * v * SMALL));
+        ASSERT_OK(sw_op_add(t, tail, s, SW_FLOAT32, SMALL));
+        ASSERT_OK(sw_buffer_free(tail));
+        expect_f32(s, SMALL, v);
+        expect_f32(t, SMALL, 3 * v);
+    }
+    /* On an idle queue the sim runs it at once: an event recorded right
+     * after is complete already (with SPILLWAY_SIM_INLINE=0 it is not
+     * promised to be). */
+    const char *inl = getenv("SPILLWAY_SIM_INLINE");
+    if (test_is_sim() && !(inl && strcmp(inl, "0") == 0)) {
+        ASSERT_OK(sw_device_synchronize(dev));
+        sw_scalar one = {.f = 1.0};
+        ASSERT_OK(sw_op_fill_q(q, s, SW_FLOAT32, SMALL, one));
+        sw_event *ev = NULL;
+        ASSERT_OK(sw_queue_record_event(q, &ev));
+        int done = 0;
+        ASSERT_OK(sw_event_query(ev, &done));
+        ASSERT_EQ(done, 1);
+        ASSERT_OK(sw_event_release(ev));
+        expect_f32(s, SMALL, 1.0f);
+    }
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_buffer_free(s));
+    ASSERT_OK(sw_buffer_free(t));
+    ASSERT_OK(sw_queue_release(q));
+}
+
 TEST(queue_free_while_queued)
 {
     sw_device *dev = test_device();

@@ -196,6 +196,7 @@
     X(queue_basics)                                                           \
     X(queue_close_busy)                                                       \
     X(queue_ops_ordered_for_host)                                             \
+    X(queue_small_work_waits_for_big)                                         \
     X(queue_free_while_queued)                                                \
     X(queue_spill_waits_for_queue)                                            \
     X(queue_spill_later_victim_waits_for_queue)                               \
