@@ -147,7 +147,10 @@ ALL_SUITES += fuzz-tsan 'FUZZ_DEVICES=sim:0,sim:1 $(TSAN_ENV) scripts/tsan-exec.
 ALL_SUITES += fuzz-replay '$(FUZZ_RUN) build/tests/fuzz/fuzz_spillway_replay $(FUZZ_SEEDS)/spillway -seed=1 -runs=50'
 ALL_SUITES += fuzz-replay-mt '$(FUZZ_RUN) build/tests/fuzz/fuzz_spillway_threads_replay $(FUZZ_SEEDS)/threads -seed=1 -runs=10'
 # The soak (tests/soak), briefly: `make soak DURATION=10m` runs it longer.
-ALL_SUITES += soak      'build/tests/soak/spillway-soak --duration 10s --seed 1 --epoch 1'
+# Here with every small command through the sim's workers (its buffers
+# are small: inline, most would run on the caller), so that its threads'
+# work interleaves asynchronously; `make soak` runs the default.
+ALL_SUITES += soak      'SPILLWAY_SIM_INLINE=0 build/tests/soak/spillway-soak --duration 10s --seed 1 --epoch 1'
 SUITES ?=
 
 # ---------------------------------------------------------------------------

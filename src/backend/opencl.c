@@ -29,8 +29,11 @@
  * version 3; SPILLWAY_OPENCL_COPY_QUEUE=0 turns it off), plus one in-order
  * queue per queue_create; a queue waits for another queue's event with
  * clEnqueueBarrierWithWaitList (wait_event, contract version 2).
- * queue_idle asks the status of the queue's latest command's event.  No
- * host_alloc: on PoCL's CPU device CL_MEM_ALLOC_HOST_PTR is host memory
+ * queue_idle asks the status of the queue's latest command's event.  The
+ * copy queue profiles its commands (CL_QUEUE_PROFILING_ENABLE), so that
+ * event_elapsed (contract version 4) gives a spill's or restore's own
+ * device time: its events are markers, whose end is when the work queued
+ * before them was done.  No host_alloc: on PoCL's CPU device CL_MEM_ALLOC_HOST_PTR is host memory
  * like any other (a transfer is one memcpy either way), and the core's
  * host pool already keeps its memory faulted in.  Allocations are cl_mem
  * buffers: the uintptr_t `mem` of the contract is the cl_mem handle and
@@ -424,6 +427,7 @@ struct sw__bqueue {
     int unflushed;
     cl_mem partials; /* a sum's stage-1 results: OCL__SUM_GROUPS x
                       * OCL__PARTIAL bytes */
+    int profiled;    /* the copy queue: events are timed markers */
     ocl__dfree *head, *tail; /* deferred frees, oldest first */
     sw__bqueue *next;        /* in dev->queues */
 };
@@ -448,6 +452,7 @@ struct sw__bdev {
 struct sw__bevent {
     cl_event ev;
     int index;
+    int timed; /* a marker of a profiled queue (event_elapsed) */
 };
 
 /* ------------------------------------------------------------------------
@@ -760,7 +765,9 @@ static int ocl__copy_any(sw__bqueue *q, cl_mem dst, size_t doff, cl_mem src,
  * ---------------------------------------------------------------------- */
 
 /* A queue for kernels has sum partials; the copy queue (partials = 0)
- * runs transfers and barriers only, so it takes no device memory. */
+ * runs transfers and barriers only, so it takes no device memory, and is
+ * profiled (event_elapsed): profiling costs a timestamp per command, and
+ * its commands are few and large. */
 static int ocl__queue_new(sw__bdev *dev, int partials, sw__bqueue **out)
 {
     sw__bqueue *q = sw__calloc(1, sizeof *q);
@@ -778,7 +785,14 @@ static int ocl__queue_new(sw__bdev *dev, int partials, sw__bqueue **out)
                           dev->index, psize);
     }
     cl_int err = CL_SUCCESS;
-    q->cq = clCreateCommandQueue(dev->ctx, dev->device, 0, &err);
+    q->profiled = !partials;
+    q->cq = clCreateCommandQueue(dev->ctx, dev->device,
+                                 q->profiled ? CL_QUEUE_PROFILING_ENABLE : 0,
+                                 &err);
+    if (q->profiled && (!q->cq || err != CL_SUCCESS)) {
+        q->profiled = 0; /* the runtime cannot: untimed, as other queues */
+        q->cq = clCreateCommandQueue(dev->ctx, dev->device, 0, &err);
+    }
     if (!q->cq || err != CL_SUCCESS) {
         sw__free(q);
         return ocl__fail(ocl__code(err), dev->index, "clCreateCommandQueue",
@@ -1531,6 +1545,20 @@ static int ocl_event_record(sw__bqueue *q, sw__bevent **out)
         return sw__errorf(SW_ERR_HOST_OOM,
                           "opencl:%d: out of host memory for an event",
                           q->dev->index);
+    /* On the profiled queue, a marker of its own: the latest command may
+     * have ended long before (an idle queue), and its end would count the
+     * idle time as the next copies'. */
+    ev->timed = q->profiled;
+    if (q->profiled) {
+        cl_event m = NULL;
+        cl_int err = clEnqueueMarkerWithWaitList(q->cq, 0, NULL, &m);
+        if (err != CL_SUCCESS) {
+            sw__free(ev);
+            return ocl__fail_enqueue(q->dev->index,
+                                     "clEnqueueMarkerWithWaitList", err);
+        }
+        ocl__track(q, m);
+    }
     int rc = ocl__latest(q, &ev->ev);
     if (rc != SW_OK) {
         sw__free(ev);
@@ -1581,6 +1609,28 @@ static int ocl_event_wait(sw__bevent *ev)
     if (err != CL_SUCCESS)
         return ocl__fail(ocl__code(err), ev->index, "clWaitForEvents", err,
                          NULL);
+    return SW_OK;
+}
+
+/* Between the ends of two markers of the profiled queue (in order, so
+ * what ran between them ran in that time).  Never blocks: both complete. */
+static int ocl_event_elapsed(sw__bevent *from, sw__bevent *to,
+                             double *seconds)
+{
+    if (!from->timed || !to->timed)
+        return sw__errorf(SW_ERR_UNSUPPORTED, "opencl:%d: elapsed time "
+                          "only between the copy queue's events",
+                          to->index);
+    cl_ulong t0 = 0, t1 = 0;
+    cl_int err = clGetEventProfilingInfo(from->ev, CL_PROFILING_COMMAND_END,
+                                         sizeof t0, &t0, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetEventProfilingInfo(to->ev, CL_PROFILING_COMMAND_END,
+                                      sizeof t1, &t1, NULL);
+    if (err != CL_SUCCESS) /* not complete, or no timestamps after all */
+        return ocl__fail(SW_ERR_UNSUPPORTED, to->index,
+                         "clGetEventProfilingInfo", err, NULL);
+    *seconds = t1 > t0 ? (double)(t1 - t0) * 1e-9 : 0;
     return SW_OK;
 }
 
@@ -1644,4 +1694,5 @@ const sw__backend_ops sw__opencl_backend = {
     .wait_event = ocl_wait_event,
     .copy_queue = ocl_copy_queue,
     .queue_idle = ocl_queue_idle,
+    .event_elapsed = ocl_event_elapsed,
 };

@@ -183,14 +183,27 @@ static int args_decode_locked(sw_device *dev, sw_buffer *const *h, size_t n,
 
 /* The arguments of this thread's last sw_launch_begin, decoded: the
  * matching sw_launch_end (the same array, unchanged) then checks each
- * handle's generation against its slot instead of decoding it again. */
-static _Thread_local struct {
+ * handle's generation against its slot instead of decoding it again.
+ * Reached through last_begin(): in a shared library the address of a
+ * _Thread_local comes from a call to __tls_get_addr, which gcc repeats
+ * in every loop iteration rather than keep the address in a register
+ * (~22 of the warm path's ~118 instructions per argument, callgrind); the
+ * empty asm hides where the pointer came from, so it is computed once. */
+typedef struct {
     const sw_device *dev;
     sw_buffer *const *bufs;
     size_t n;
     sw_buffer *h[ARGS_ON_STACK];
     sw__buf *b[ARGS_ON_STACK];
-} last_begin;
+} last_begin_t;
+static _Thread_local last_begin_t last_begin_tl;
+
+static inline last_begin_t *last_begin(void)
+{
+    last_begin_t *p = &last_begin_tl;
+    __asm__("" : "+r"(p));
+    return p;
+}
 
 SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
                            sw_devmem *ptrs)
@@ -211,11 +224,12 @@ SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
     if (rc == SW_OK) {
         rc = sw__pin_all_locked(dev, NULL, a.v, n, ptrs);
         if (rc == SW_OK && n <= ARGS_ON_STACK) {
-            last_begin.dev = dev;
-            last_begin.bufs = bufs;
-            last_begin.n = n;
-            memcpy(last_begin.h, bufs, n * sizeof *bufs);
-            memcpy(last_begin.b, a.v, n * sizeof *a.v);
+            last_begin_t *last = last_begin();
+            last->dev = dev;
+            last->bufs = bufs;
+            last->n = n;
+            memcpy(last->h, bufs, n * sizeof *bufs);
+            memcpy(last->b, a.v, n * sizeof *a.v);
         }
         args_free(&a);
     }
@@ -247,19 +261,19 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
     /* The arguments of this thread's last begin, unchanged: only their
      * generations need checking (their slots are pinned, so not reused,
      * and pinned by that begin). */
-    bool cached = last_begin.dev == dev && last_begin.bufs == bufs &&
-                  last_begin.n == n;
-    last_begin.dev = NULL;
+    last_begin_t *last = last_begin();
+    bool cached = last->dev == dev && last->bufs == bufs && last->n == n;
+    last->dev = NULL;
     for (size_t i = 0; cached && i < n; i++) {
         uintptr_t v = (uintptr_t)bufs[i];
-        uint32_t g = atomic_load_explicit(&last_begin.b[i]->h.gen,
+        uint32_t g = atomic_load_explicit(&last->b[i]->h.gen,
                                           memory_order_relaxed);
-        cached = bufs[i] == last_begin.h[i] && (g & 1u) &&
+        cached = bufs[i] == last->h[i] && (g & 1u) &&
                  ((g ^ (uint32_t)(v >> SW__H_GEN_SHIFT)) & SW__H_GEN_MASK) ==
                      0;
     }
     if (cached) {
-        unpin_all_locked(dev, last_begin.b, n);
+        unpin_all_locked(dev, last->b, n);
         sw__unlock(dev);
         return SW_OK;
     }

@@ -35,6 +35,39 @@ static sw_buffer *alloc_pattern(sw_device *dev, size_t size, uint32_t seed,
     return b;
 }
 
+/* spill_seconds and restore_seconds are the copies' time: more than
+ * nothing once copies ran, and never more than the wall time they ran in
+ * (a backend that times them on the device, as the sim and OpenCL's
+ * profiled copy queue do, reading its timestamps in the wrong unit would
+ * be off by 10^3 or more). */
+TEST(spill_seconds_within_wall_time)
+{
+    test_require_spill();
+    enum { N = 8 };
+    const size_t big = (size_t)1 << 20;
+    sw_device *dev = test_device();
+    ASSERT_OK(sw_reset_counters(dev));
+    double t0 = test_now();
+    ASSERT_OK(sw_set_memory_budget(dev, 4 * big));
+    sw_buffer *b[N];
+    for (int i = 0; i < N; i++)
+        b[i] = alloc_pattern(dev, big, 700u + (uint32_t)i, "timed");
+    for (int i = 0; i < N; i++)
+        touch_device(b[i]); /* restores the spilled, spills others */
+    for (int i = 0; i < N; i++)
+        test_expect_pattern(b[i], 700u + (uint32_t)i);
+    ASSERT_OK(sw_device_synchronize(dev));
+    sw_memory_info m = test_info(dev); /* notices the copies' ends */
+    double wall = test_now() - t0;
+    ASSERT_UGT(m.spills, 0);
+    ASSERT_UGT(m.restores, 0);
+    ASSERT_TRUE(m.spill_seconds > 0 && m.spill_seconds <= wall);
+    ASSERT_TRUE(m.restore_seconds > 0 && m.restore_seconds <= wall);
+    for (int i = 0; i < N; i++)
+        ASSERT_OK(sw_buffer_free(b[i]));
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+}
+
 TEST(spill_lru_order)
 {
     test_require_spill();

@@ -167,6 +167,7 @@
     X(thread_open_close)                                                      \
     X(thread_shared_buffer_refs)                                              \
     /* test-spill.c */                                                        \
+    X(spill_seconds_within_wall_time)                                         \
     X(spill_lru_order)                                                        \
     X(launch_foreign_arg_moves_nothing)                                       \
     X(launch_foreign_arg_under_budget)                                        \
