@@ -39,36 +39,18 @@ static int check_fit_locked(sw_device *dev, sw__buf *const *bufs, size_t n)
     return rc;
 }
 
-/* Make every argument resident and pin it.  pre: every argument is a
- * live buffer of dev (validated by the caller, so that a bad argument
- * fails before anything moves).  The warm path (all resident) costs one
- * state check and a counter update per argument; restoring a spilled one
- * pins the others first, so that making room for it can never spill
- * them. */
-int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
-                       size_t n, sw_devmem *ptrs)
+/* Pin bufs[from..n): the general path (a spilled or moving argument, or a
+ * queue to order), after the warm path pinned bufs[0..from).  On failure
+ * every argument pinned so far, the warm ones included, is unpinned. */
+static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
+                           size_t n, sw_devmem *ptrs, size_t from)
 {
-    sw__assert_locked(dev);
     int rc = SW_OK;
     bool checked_fit = false;
     bool restored = false;
-    uint64_t clock = dev->clock;
     size_t i;
-    for (i = 0; i < n; i++) {
+    for (i = from; i < n; i++) {
         sw__buf *b = bufs[i], *base = b->base;
-        if (__builtin_expect(base->state == SW_RESIDENT && !base->moving &&
-                                 q == NULL && base->qmask == 0,
-                             1)) {
-            /* The warm path: resident, no queue to order. */
-            base->pins++;
-            base->last_use = ++clock;
-            if (ptrs != NULL) {
-                ptrs[i].base = base->mem;
-                ptrs[i].offset = base->mem ? b->offset : 0;
-            }
-            continue;
-        }
-        dev->clock = clock;
         if (base->state != SW_RESIDENT || base->moving) {
             restored = true;
             if (!checked_fit) {
@@ -85,20 +67,18 @@ int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
         } else {
             base->pins++;
         }
-        base->last_use = clock = ++dev->clock;
+        base->last_use = ++dev->clock;
         /* Safe across queues (queue.c). */
         if ((q != NULL || base->qmask != 0) &&
             (rc = sw__order_use_locked(dev, base, q)) != SW_OK) {
             i++; /* this one is pinned too */
             break;
         }
-        clock = dev->clock;
         if (ptrs != NULL) {
             ptrs[i].base = base->mem;
             ptrs[i].offset = base->mem ? b->offset : 0;
         }
     }
-    dev->clock = clock;
     if (rc != SW_OK) {
         while (i-- > 0)
             sw__unpin_locked(dev, bufs[i]->base);
@@ -113,6 +93,40 @@ int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
         ptrs[i].offset = base->mem ? bufs[i]->offset : 0;
     }
     return SW_OK;
+}
+
+/* Make every argument resident and pin it.  pre: every argument is a
+ * live buffer of dev (validated by the caller, so that a bad argument
+ * fails before anything moves).  The warm path (all resident, no queue to
+ * order) is a loop of its own, a state check, a pin and the pointer per
+ * argument, with the device clock in a register; the first argument it
+ * cannot take goes to pin_rest_locked, which restores a spilled one
+ * after pinning the others, so that making room for it can never spill
+ * them. */
+int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
+                       size_t n, sw_devmem *ptrs)
+{
+    sw__assert_locked(dev);
+    size_t i = 0;
+    if (q == NULL && ptrs != NULL) {
+        uint64_t clock = dev->clock;
+        for (; i < n; i++) {
+            sw__buf *b = bufs[i], *base = b->base;
+            if (__builtin_expect(base->state != SW_RESIDENT || base->moving ||
+                                     base->qmask != 0,
+                                 0))
+                break;
+            base->pins++;
+            base->last_use = ++clock;
+            uintptr_t mem = base->mem;
+            ptrs[i].base = mem;
+            ptrs[i].offset = mem ? b->offset : 0;
+        }
+        dev->clock = clock;
+        if (__builtin_expect(i == n, 1))
+            return SW_OK;
+    }
+    return pin_rest_locked(dev, q, bufs, n, ptrs, i);
 }
 
 /* Launch arguments decoded and checked, every one, before anything
@@ -183,14 +197,18 @@ static int args_decode_locked(sw_device *dev, sw_buffer *const *h, size_t n,
 
 /* The arguments of this thread's last sw_launch_begin, decoded: the
  * matching sw_launch_end (the same array, unchanged) then checks each
- * handle's generation against its slot instead of decoding it again.
+ * handle's generation against its slot instead of decoding it again, and
+ * so does the next sw_launch_begin with the same handles (a loop
+ * launching the same kernel on the same buffers), while `memo` is the
+ * device they were decoded for.
  * Reached through last_begin(): in a shared library the address of a
  * _Thread_local comes from a call to __tls_get_addr, which gcc repeats
  * in every loop iteration rather than keep the address in a register
  * (~22 of the warm path's ~118 instructions per argument, callgrind); the
  * empty asm hides where the pointer came from, so it is computed once. */
 typedef struct {
-    const sw_device *dev;
+    const sw_device *dev;  /* a begin waiting for its end, or NULL */
+    const sw_device *memo; /* h and b decode to b on it (until freed) */
     sw_buffer *const *bufs;
     size_t n;
     sw_buffer *h[ARGS_ON_STACK];
@@ -203,6 +221,26 @@ static inline last_begin_t *last_begin(void)
     last_begin_t *p = &last_begin_tl;
     __asm__("" : "+r"(p));
     return p;
+}
+
+/* Whether handles h are those last decoded on dev, each still naming the
+ * live buffer it named then (its slot's generation unchanged: a freed or
+ * reused slot fails), so that last->b is their decoding. */
+static bool memo_hit(const last_begin_t *last, const sw_device *dev,
+                     sw_buffer *const *h, size_t n)
+{
+    if (last->memo != dev || last->n != n)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        uintptr_t v = (uintptr_t)h[i];
+        const sw__buf *b = last->b[i];
+        uint32_t g = atomic_load_explicit(&b->h.gen, memory_order_relaxed);
+        if (h[i] != last->h[i] || !(g & 1u) ||
+            ((g ^ (uint32_t)(v >> SW__H_GEN_SHIFT)) & SW__H_GEN_MASK) != 0 ||
+            atomic_load_explicit(&b->h.dev, memory_order_relaxed) != dev)
+            return false;
+    }
+    return true;
 }
 
 SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
@@ -220,12 +258,20 @@ SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
         return rc;
     }
     launch_args a;
-    rc = args_decode_locked(dev, bufs, n, &a);
+    last_begin_t *last = last_begin();
+    if (n <= ARGS_ON_STACK && memo_hit(last, dev, bufs, n)) {
+        /* A copy: a pressure callback run while pinning may launch on
+         * this thread, which rewrites *last. */
+        a.v = a.stack;
+        memcpy(a.stack, last->b, n * sizeof *a.v);
+    } else {
+        rc = args_decode_locked(dev, bufs, n, &a);
+    }
     if (rc == SW_OK) {
         rc = sw__pin_all_locked(dev, NULL, a.v, n, ptrs);
         if (rc == SW_OK && n <= ARGS_ON_STACK) {
-            last_begin_t *last = last_begin();
             last->dev = dev;
+            last->memo = dev;
             last->bufs = bufs;
             last->n = n;
             memcpy(last->h, bufs, n * sizeof *bufs);

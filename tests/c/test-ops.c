@@ -1020,6 +1020,64 @@ TEST(ops_dtype_support_mask)
 /* sw_launch_end trusts nothing the matching begin saw: a second end, an
  * array changed in between, or an end from another array of the same
  * handles are all checked. */
+/* The pins of dev's live buffer tagged `tag` (-1: none such). */
+static int pins_of(sw_device *dev, const char *tag)
+{
+    sw_buffer_info bi[8];
+    size_t count = 0;
+    ASSERT_OK(sw_memory_snapshot(dev, bi, 8, &count));
+    for (size_t i = 0; i < count && i < 8; i++)
+        if (strcmp(bi[i].tag, tag) == 0)
+            return (int)bi[i].pins;
+    return -1;
+}
+
+/* sw_launch_begin remembers the handles it last decoded on this thread
+ * and only rechecks their generations when they come again: a handle
+ * freed since (its slot then reused) or a device changed must still fail,
+ * pinning nothing. */
+TEST(launch_begin_rechecks_repeated_handles)
+{
+    sw_device *dev = test_device();
+    sw_buffer *a = test_alloc(dev, 4096, "a");
+    sw_buffer *b = test_alloc(dev, 4096, "b");
+    sw_buffer *args[2] = {a, b};
+    sw_devmem p[2];
+    for (int i = 0; i < 3; i++) {
+        ASSERT_OK(sw_launch_begin(dev, args, 2, p));
+        ASSERT_EQ(pins_of(dev, "a"), 1);
+        ASSERT_OK(sw_launch_end(dev, args, 2));
+    }
+    ASSERT_OK(sw_buffer_free(b));
+    ASSERT_ERR(sw_launch_begin(dev, args, 2, p), SW_ERR_INVALID_HANDLE);
+    ASSERT_UEQ(p[0].base, 0);
+    ASSERT_EQ(pins_of(dev, "a"), 0);
+    /* b's slot reused: the stale handle still fails. */
+    sw_buffer *c = test_alloc(dev, 4096, "c");
+    sw_buffer *fresh[2] = {a, c};
+    ASSERT_OK(sw_launch_begin(dev, fresh, 2, p));
+    ASSERT_OK(sw_launch_end(dev, fresh, 2));
+    ASSERT_ERR(sw_launch_begin(dev, args, 2, p), SW_ERR_INVALID_HANDLE);
+    ASSERT_EQ(pins_of(dev, "a"), 0);
+    /* The same handles on another device: foreign there. */
+    sw_device *other;
+    if (test_is_sim()) {
+        setenv("SPILLWAY_SIM_DEVICES", "2", 1);
+        other = test_open("sim:1");
+    } else {
+        other = test_open("sim:0");
+    }
+    ASSERT_OK(sw_launch_begin(dev, fresh, 2, p));
+    ASSERT_OK(sw_launch_end(dev, fresh, 2));
+    ASSERT_ERR(sw_launch_begin(other, fresh, 2, p), SW_ERR_INVALID_ARG);
+    ASSERT_EQ(pins_of(dev, "a"), 0);
+    ASSERT_OK(sw_launch_begin(dev, fresh, 2, p));
+    ASSERT_EQ(pins_of(dev, "c"), 1);
+    ASSERT_OK(sw_launch_end(dev, fresh, 2));
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_buffer_free(c));
+}
+
 TEST(launch_end_rechecks)
 {
     sw_device *dev = test_device();

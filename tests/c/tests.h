@@ -110,6 +110,7 @@
     X(buffer_copy)                                                            \
     X(buffer_fill)                                                            \
     /* test-ops.c */                                                          \
+    X(launch_begin_rechecks_repeated_handles)                                 \
     X(launch_end_rechecks)                                                    \
     X(ops_bool_arithmetic_refused)                                            \
     X(ops_dtype_support_mask)                                                 \
