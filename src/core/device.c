@@ -388,8 +388,7 @@ SW_API int sw_device_close(sw_device *dev)
         return rc;
     }
     /* Copies still in flight (of buffers freed meanwhile) end first. */
-    while (dev->xfers != NULL)
-        (void)sw__xfer_wait_locked(dev, dev->xfers);
+    sw__xfer_close_locked(dev);
     sw__cache_drain_locked(dev);
     sw__host_pool_drain_locked(dev);
     sw__trace_close_locked(dev);
@@ -556,7 +555,7 @@ SW_API int sw_device_synchronize(sw_device *dev)
         if (rc == SW_OK)
             rc = r;
     }
-    if (dev->xfers != NULL)
+    if (dev->xfers != NULL || dev->xfer_orphans != NULL)
         sw__xfer_poll_locked(dev);
     /* Work queued before this call has completed on every queue we could
      * wait for; parked memory is safe to reuse when that was all of them. */

@@ -223,6 +223,7 @@ typedef struct sw__xfer {
      * device's, from start to ev.  NULL otherwise. */
     sw__bevent *start;
     uint32_t epoch; /* dev->counters_epoch when queued */
+    struct sw__xfer *onext; /* in dev->xfer_orphans */
 } sw__xfer;
 
 /* The host staging pool (hostpool.c): idle host blocks for host copies. */
@@ -346,6 +347,10 @@ struct sw_device {
     sw__bqueue *copyq;
     /* Bases with copies in flight (spill.c), linked through xnext. */
     sw__buf *xfers;
+    /* Xfers whose every buffer moved again (a later copy on the in-order
+     * copy queue superseded theirs) before their end was noticed: their
+     * time still counts, once they complete (spill.c). */
+    sw__xfer *xfer_orphans;
     sw__callback callbacks[SW_MAX_PRESSURE_CALLBACKS];
     sw__queue *queues; /* live and dying queues */
     size_t live_queues;
@@ -550,6 +555,8 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
 int sw__make_resident_locked(sw_device *dev, sw__buf *base);
 /* Finish the xfers that are done (never blocks). */
 void sw__xfer_poll_locked(sw_device *dev);
+/* Every copy in flight waited for and counted: the device is closing. */
+void sw__xfer_close_locked(sw_device *dev);
 /* Wait (lock released) until base has no copy in flight; SW_ERR_DEVICE if
  * its data was lost by a copy that failed on the device. */
 int sw__xfer_wait_locked(sw_device *dev, sw__buf *base);

@@ -69,7 +69,8 @@ SW_API int sw_memory_info_get(sw_device *dev, sw_memory_info *out)
     int rc = sw__device_enter(dev);
     if (rc != SW_OK)
         return rc;
-    if (dev->xfers != NULL) /* copies done count in the figures now */
+    /* Copies done count in the figures now. */
+    if (dev->xfers != NULL || dev->xfer_orphans != NULL)
         sw__xfer_poll_locked(dev);
     sw__memory_info_locked(dev, out);
     sw__unlock(dev);
