@@ -229,11 +229,15 @@ void fz_check_bytes(fz_engine *e, int i)
                           "match (the first read raced queued work)"
                         : "; read again after sw_device_synchronize, they "
                           "still differ";
+        /* The library's id of its base, as in a trace's events. */
+        uint64_t id = 0;
+        (void)sw_buffer_id(b->h, &id);
         fz_fail(e->w, e, "check: handle %d (allocation %d%s, window %zu+%zu"
-                " of %zu, state %d) differs from the shadow in bytes "
-                "[%zu, %zu): byte %zu is 0x%02x, expected 0x%02x%s", i,
-                b->alloc, al->external ? ", external" : "", b->off, b->size,
-                al->size, al->state, k, last, k, got, want[k], again);
+                " of %zu, state %d, buffer id %llu) differs from the shadow "
+                "in bytes [%zu, %zu): byte %zu is 0x%02x, expected 0x%02x%s",
+                i, b->alloc, al->external ? ", external" : "", b->off,
+                b->size, al->size, al->state, (unsigned long long)id, k,
+                last, k, got, want[k], again);
     }
 }
 

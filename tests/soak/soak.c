@@ -3,6 +3,7 @@
  *
  *   spillway-soak [--duration 10m] [--device sim:0] [--threads 4]
  *                 [--seed N] [--epoch SECONDS] [--faults 1]
+ *                 [--trace EVENTS]
  *
  * (or $DURATION, $SOAK_DEVICE, $SOAK_THREADS, $SOAK_SEED, $SOAK_FAULTS;
  * `make soak`.)
@@ -110,9 +111,41 @@ static void print_summary(const char *how)
     fz_world_print_stats(&world, "soak", now() - t0);
 }
 
+/* The device's recent history (sw_trace_*), recorded all along with
+ * --trace EVENTS (default 262144, 0: none) and written on a divergence to
+ * $SOAK_TRACE_DIR (default .) as soak-trace-N.json, Chrome's format: the
+ * diverging buffer's spills, restores, frees and cache traffic, by the id
+ * the divergence report names.  Written on a thread of its own: a
+ * divergence reported with the device lock held (inside a pressure
+ * callback) would block the dump, which is then given up after 10 s. */
+static size_t trace_events = 262144;
+static atomic_int dump_done;
+
+static void *dump_traces(void *arg)
+{
+    fz_world *w = arg;
+    const char *dir = getenv("SOAK_TRACE_DIR");
+    for (int d = 0; d < w->ndev; d++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/soak-trace-%d.json",
+                 dir && *dir ? dir : ".", d);
+        if (w->dev[d] != NULL &&
+            sw_trace_dump(w->dev[d], path, "chrome") == SW_OK)
+            fprintf(stderr, "soak: %s's last %zu events: %s\n", w->spec[d],
+                    trace_events, path);
+    }
+    atomic_store(&dump_done, 1);
+    return NULL;
+}
+
 static void on_fail(fz_world *w)
 {
-    (void)w;
+    pthread_t t;
+    if (trace_events > 0 && pthread_create(&t, NULL, dump_traces, w) == 0) {
+        pthread_detach(t);
+        for (int i = 0; i < 1000 && !atomic_load(&dump_done); i++)
+            usleep(10000);
+    }
     print_summary("FAILED");
     fprintf(stderr, "soak: %lu passed, 1 failed\n", epochs_ok);
     fflush(stderr);
@@ -280,9 +313,12 @@ int main(int argc, char **argv)
             epoch = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--faults") == 0)
             faults_s = argv[i + 1];
+        else if (strcmp(argv[i], "--trace") == 0)
+            trace_events = (size_t)strtoull(argv[i + 1], NULL, 10);
         else {
             fprintf(stderr, "usage: %s [--duration 10m] [--device sim:0] "
-                    "[--threads 4] [--seed N] [--epoch S] [--faults 1]\n",
+                    "[--threads 4] [--seed N] [--epoch S] [--faults 1] "
+                    "[--trace EVENTS]\n",
                     argv[0]);
             return 2;
         }
@@ -310,6 +346,14 @@ int main(int argc, char **argv)
         SW_OK)
         return 2;
     world.on_fail = on_fail;
+    for (int d = 0; d < world.ndev && trace_events > 0; d++) {
+        sw_trace_options topt = {.capacity = trace_events};
+        if (sw_trace_start(world.dev[d], &topt) != SW_OK) {
+            fprintf(stderr, "soak: tracing %s: %s\n", world.spec[d],
+                    sw_last_error());
+            return 2;
+        }
+    }
     bool faults = faults_s != NULL && atoi(faults_s) != 0;
     world.outside_faults = faults;
     t0 = now();
