@@ -112,7 +112,7 @@ static void pytask_run(void *arg)
     sw_py_pytask *t = arg;
     if (t->fn == NULL && Py_IsInitialized() && !sw_py_finalizing()) {
         release_later(t); /* the work before it is complete */
-    } else if (Py_IsInitialized() && !sw_py_finalizing()) {
+    } else if (sw_py_gil_enter()) {
         PyGILState_STATE g = PyGILState_Ensure();
         sw_queue *outer = sw_py_thread.task_queue;
         sw_py_thread.task_queue = t->q;
@@ -125,6 +125,7 @@ static void pytask_run(void *arg)
         sw_py_pytask_free(t);
         sw_py_thread.task_queue = outer;
         PyGILState_Release(g);
+        sw_py_gil_leave();
     } else {
         PyMem_RawFree(t); /* its references are left: no GIL to be had */
     }

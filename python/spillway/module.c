@@ -6,6 +6,7 @@
 #include "queue.h"
 
 #include <stdio.h>
+#include <time.h>
 
 /* The one mutable global: why each part cannot be per module is written
  * next to its type (module.h). */
@@ -26,6 +27,17 @@ static PyObject *mod_atexit(PyObject *m, PyObject *unused)
 {
     if (sw_py_thread.task_queue == NULL)
         NOGIL((void)sw_py_wait_host_tasks(-1));
+    /* No thread takes the GIL from here on (module.h, gate); those already
+     * through the gate get it while this one waits without it (at most 5 s:
+     * a thread stuck elsewhere must not hang the exit). */
+    atomic_store(&sw_py_process.gate.closed, 1);
+    Py_BEGIN_ALLOW_THREADS
+    for (int i = 0; i < 5000 && atomic_load(&sw_py_process.gate.entering) > 0;
+         i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    Py_END_ALLOW_THREADS
     sw_py_drain_releases();
     sw_py_state *st = sw_py_module_state(m);
     PyObject *d = PyThreadState_GetDict();

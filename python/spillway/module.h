@@ -165,6 +165,13 @@ static inline int sw_py_finalizing(void)
  *    they hand back are dropped by a pending call (Py_AddPendingCall, which
  *    carries no module).  An atexit handler must wait for the tasks of
  *    every instance before the interpreter finalizes.
+ *  - gate: threads without a thread state that take the GIL (the pressure
+ *    callback on a C thread, host tasks on runner threads).  Checking
+ *    "not finalizing" and then calling PyGILState_Ensure races with
+ *    Py_FinalizeEx tearing thread states down (CPython 3.11 aborts with
+ *    "init_threadstate: thread state already initialized";
+ *    cpython#124619): the atexit handler closes the gate, before
+ *    finalization starts, and lets the threads already through it finish.
  * The thread-local sw_py_thread is per thread by nature: each thread's own
  * count of the device memory it released, and the queue whose host task it
  * is running.
@@ -195,9 +202,35 @@ typedef struct {
         atomic_int nonempty;
         atomic_int scheduled;
     } release;
+    struct {
+        atomic_int closed;   /* set by the atexit handler, never cleared */
+        atomic_int entering; /* threads through the gate, not yet out */
+    } gate;
 } sw_py_process_state;
 
 extern sw_py_process_state sw_py_process;
+
+/* Before PyGILState_Ensure on a thread that may have no thread state: 1
+ * when it may go ahead (then sw_py_gil_leave() after PyGILState_Release),
+ * 0 when the interpreter is shutting down.  Counting first and checking
+ * after (both sequentially consistent) means the atexit handler, which
+ * closes first and counts after, either sees this thread or is seen by
+ * it. */
+static inline int sw_py_gil_enter(void)
+{
+    atomic_fetch_add(&sw_py_process.gate.entering, 1);
+    if (atomic_load(&sw_py_process.gate.closed) || !Py_IsInitialized() ||
+        sw_py_finalizing()) {
+        atomic_fetch_sub(&sw_py_process.gate.entering, 1);
+        return 0;
+    }
+    return 1;
+}
+
+static inline void sw_py_gil_leave(void)
+{
+    atomic_fetch_sub(&sw_py_process.gate.entering, 1);
+}
 
 typedef struct {
     /* Device buffers released by this thread (Array deallocation, DLPack

@@ -116,7 +116,7 @@ int sw_py_gc_on_pressure(sw_device *dev, sw_pressure *p, size_t bytes,
     sw_memory_info before, after;
     int have_before = sw_memory_info_get(dev, &before) == SW_OK;
     int ran = 0, released_here = 0;
-    if (Py_IsInitialized() && !sw_py_finalizing()) {
+    if (sw_py_gil_enter()) {
         PyGILState_STATE g = PyGILState_Ensure();
         if (atomic_load(&ctx->alive) && !sw_py_finalizing()) {
             if (atomic_load(seqp) != seq0) {
@@ -149,6 +149,7 @@ int sw_py_gc_on_pressure(sw_device *dev, sw_pressure *p, size_t bytes,
             }
         }
         PyGILState_Release(g);
+        sw_py_gil_leave();
     }
     /* Freed by this collection, or by anyone meanwhile: worth a retry. */
     int freed = released_here;

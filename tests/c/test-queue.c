@@ -423,18 +423,30 @@ static void *queue_worker(void *p)
         sw_buffer *x = NULL, *y = NULL;
         if (sw_buffer_alloc(t->dev, N * 4, "qx", &x) != SW_OK ||
             sw_buffer_alloc(t->dev, N * 4, "qy", &y) != SW_OK) {
+            fprintf(stderr, "thread %d round %d: alloc: %s\n", t->id, round,
+                    sw_last_error());
             t->fails++;
             break;
         }
         int32_t v = t->id * 1000 + round;
-        sw_op_fill_q(q, x, SW_INT32, N, (sw_scalar){.i = v});
-        sw_op_fill_q(q, y, SW_INT32, N, (sw_scalar){.i = 1});
-        sw_op_add_q(q, y, x, y, SW_INT32, N);
-        /* Freed right away; the host read orders after q. */
-        if (sw_buffer_read(y, 0, host, N * 4) != SW_OK)
+        int rc1 = sw_op_fill_q(q, x, SW_INT32, N, (sw_scalar){.i = v});
+        int rc2 = sw_op_fill_q(q, y, SW_INT32, N, (sw_scalar){.i = 1});
+        int rc3 = sw_op_add_q(q, y, x, y, SW_INT32, N);
+        if (rc1 != SW_OK || rc2 != SW_OK || rc3 != SW_OK) {
+            fprintf(stderr, "thread %d round %d: ops %d %d %d: %s\n", t->id,
+                    round, rc1, rc2, rc3, sw_last_error());
             t->fails++;
+        }
+        /* Freed right away; the host read orders after q. */
+        if (sw_buffer_read(y, 0, host, N * 4) != SW_OK) {
+            fprintf(stderr, "thread %d round %d: read: %s\n", t->id, round,
+                    sw_last_error());
+            t->fails++;
+        }
         for (int i = 0; i < N; i++)
             if (host[i] != v + 1) {
+                fprintf(stderr, "thread %d round %d: y[%d] = %d, expected "
+                        "%d\n", t->id, round, i, (int)host[i], (int)(v + 1));
                 t->fails++;
                 break;
             }

@@ -88,7 +88,15 @@ struct CUstream_st {
 struct CUevent_st {
     unsigned magic;
     unsigned flags;
-    unsigned long long gen, done_gen; /* records made, records complete */
+    /* Records made, and those of them queued and not yet complete: records
+     * on different streams complete in any order, so "complete" is per
+     * record, not a high-water mark (a record on an idle stream, which
+     * completes at once, must not release a wait for an earlier record
+     * still queued on a busy one: spillway's CUDA backend reuses events,
+     * and thread_queues read a buffer before its stream's work ran). */
+    unsigned long long gen;
+    unsigned long long *pending;
+    int npending, cappending;
     int refs; /* the handle and every queued record or wait (under qmu) */
 };
 struct CUfunc_st {
@@ -655,8 +663,43 @@ static swcu_result run_kernel(int kind, unsigned grid, void **params);
 /* Under qmu: an event's last reference. */
 static void event_unref(struct CUevent_st *e)
 {
-    if (--e->refs == 0)
+    if (--e->refs == 0) {
+        free(e->pending);
         free(e);
+    }
+}
+
+/* Under qmu: whether record g of e has completed (0: never recorded). */
+static int record_done(const struct CUevent_st *e, unsigned long long g)
+{
+    for (int i = 0; i < e->npending; i++)
+        if (e->pending[i] == g)
+            return 0;
+    return 1;
+}
+
+/* Under qmu: record g of e queued (0) or completed (1). */
+static int record_pending(struct CUevent_st *e, unsigned long long g)
+{
+    if (e->npending == e->cappending) {
+        int cap = e->cappending ? 2 * e->cappending : 4;
+        unsigned long long *v = realloc(e->pending, (size_t)cap * sizeof *v);
+        if (v == NULL)
+            return -1;
+        e->pending = v;
+        e->cappending = cap;
+    }
+    e->pending[e->npending++] = g;
+    return 0;
+}
+
+static void record_complete(struct CUevent_st *e, unsigned long long g)
+{
+    for (int i = 0; i < e->npending; i++)
+        if (e->pending[i] == g) {
+            e->pending[i] = e->pending[--e->npending];
+            return;
+        }
 }
 
 /* Runs op o of stream s, without qmu. */
@@ -748,7 +791,7 @@ static void *stream_worker(void *arg)
             pthread_cond_wait(&s->work, &qmu);
             continue;
         }
-        if (o->kind == OP_WAIT && o->ev->done_gen < o->gen) {
+        if (o->kind == OP_WAIT && !record_done(o->ev, o->gen)) {
             pthread_cond_wait(&qcv, &qmu); /* held: the event is not done */
             continue;
         }
@@ -760,8 +803,8 @@ static void *stream_worker(void *arg)
             s->tail = NULL;
         s->done++;
         stat_ops++;
-        if (o->kind == OP_RECORD && o->gen > o->ev->done_gen)
-            o->ev->done_gen = o->gen;
+        if (o->kind == OP_RECORD)
+            record_complete(o->ev, o->gen);
         if (o->ev != NULL)
             event_unref(o->ev);
         free(o->staged);
@@ -1072,7 +1115,7 @@ swcu_result cuStreamWaitEvent(swcu_stream stream, swcu_event event,
     o->ev = event;
     pthread_mutex_lock(&qmu);
     o->gen = event->gen;
-    if (event->done_gen < event->gen)
+    if (!record_done(event, event->gen))
         stat_waits_blocked++; /* a real cross-stream dependency */
     pthread_mutex_unlock(&qmu);
     enqueue(s, o);
@@ -1119,11 +1162,16 @@ swcu_result cuEventRecord(swcu_event event, swcu_stream stream)
     if (s->head == NULL) {
         /* Nothing queued before it: complete at once, as on a GPU, whose
          * idle stream passes a record straight away. */
-        event->done_gen = o->gen;
         pthread_cond_broadcast(&qcv);
         pthread_mutex_unlock(&qmu);
         free(o);
         return sticky;
+    }
+    if (record_pending(event, o->gen) != 0) {
+        --event->gen;
+        pthread_mutex_unlock(&qmu);
+        free(o);
+        return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_unlock(&qmu);
     enqueue(s, o);
@@ -1136,7 +1184,7 @@ swcu_result cuEventQuery(swcu_event event)
     if (r)
         return r;
     pthread_mutex_lock(&qmu);
-    int done = event->done_gen >= event->gen;
+    int done = record_done(event, event->gen);
     if (!done)
         stat_not_ready++;
     pthread_mutex_unlock(&qmu);
@@ -1152,7 +1200,7 @@ swcu_result cuEventSynchronize(swcu_event event)
         return r;
     pthread_mutex_lock(&qmu);
     unsigned long long target = event->gen;
-    while (event->done_gen < target)
+    while (!record_done(event, target))
         pthread_cond_wait(&qcv, &qmu);
     pthread_mutex_unlock(&qmu);
     return sticky;
