@@ -414,6 +414,13 @@ static void sim__pool_ready(sw__bqueue *q)
     pthread_mutex_unlock(&sim__pool.mu);
 }
 
+/* pre: q->mu held.  Nothing queued, nothing running (pending lazy frees
+ * are queued). */
+static int sim__idle_locked(const sw__bqueue *q)
+{
+    return !q->head && q->completed == q->submitted;
+}
+
 /* pre: q->mu held.  Hand q to the pool if it has commands and is not
  * the pool's already. */
 static void sim__kick_locked(sw__bqueue *q)
@@ -936,7 +943,7 @@ static int sim_free(sw__bdev *dev, sw__bqueue *q, uintptr_t mem, size_t size)
      * started yet, or a forked child) a block of any size is released at
      * once: starting a worker for a free could fail. */
     pthread_mutex_lock(&q->mu);
-    int now = !q->head && q->completed == q->submitted &&
+    int now = sim__idle_locked(q) &&
               (size < SIM__LAZY_FREE_MAX || !sim__pool_started());
     pthread_mutex_unlock(&q->mu);
     sim__block *b = NULL;
@@ -1010,7 +1017,7 @@ static sw__bqueue *sim_copy_queue(sw__bdev *dev) { return dev->copy_q; }
 static int sim_queue_idle(sw__bqueue *q)
 {
     pthread_mutex_lock(&q->mu);
-    int idle = !q->head && q->completed == q->submitted;
+    int idle = sim__idle_locked(q);
     pthread_mutex_unlock(&q->mu);
     return idle;
 }
@@ -1042,7 +1049,7 @@ static int sim__inline(sw__bqueue *q, size_t bytes)
     if (bytes > q->dev->inline_max)
         return 0;
     pthread_mutex_lock(&q->mu);
-    int idle = !q->head && q->completed == q->submitted;
+    int idle = sim__idle_locked(q);
     pthread_mutex_unlock(&q->mu);
     return idle;
 }
@@ -1174,7 +1181,7 @@ static int sim_event_record(sw__bqueue *q, sw__bevent **out)
      * stays so: only our caller enqueues).  A busy one has a worker, so
      * the marker (the event's own link) is queued without fail. */
     pthread_mutex_lock(&q->mu);
-    int idle = !q->head && q->completed == q->submitted;
+    int idle = sim__idle_locked(q);
     pthread_mutex_unlock(&q->mu);
     ev->done = idle;
     ev->t = idle ? sim__now() : 0;

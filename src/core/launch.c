@@ -232,11 +232,8 @@ static bool memo_hit(const last_begin_t *last, const sw_device *dev,
     if (last->memo != dev || last->n != n)
         return false;
     for (size_t i = 0; i < n; i++) {
-        uintptr_t v = (uintptr_t)h[i];
         const sw__buf *b = last->b[i];
-        uint32_t g = atomic_load_explicit(&b->h.gen, memory_order_relaxed);
-        if (h[i] != last->h[i] || !(g & 1u) ||
-            ((g ^ (uint32_t)(v >> SW__H_GEN_SHIFT)) & SW__H_GEN_MASK) != 0 ||
+        if (h[i] != last->h[i] || !sw__handle_matches(&b->h, h[i]) ||
             atomic_load_explicit(&b->h.dev, memory_order_relaxed) != dev)
             return false;
     }
