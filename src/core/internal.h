@@ -143,6 +143,8 @@ extern sw__pool sw__buf_pool, sw__lease_pool, sw__queue_pool,
 
 #define SW__DEVICE_MAGIC 0x53574456u /* "SWDV" */
 #define SW__NOT_IN_HEAP SIZE_MAX
+/* Marks kept on the default queue's timeline (spill.c). */
+#define SW__TL_MAX 32
 
 typedef struct sw__buf sw__buf;
 typedef struct sw__queue sw__queue;
@@ -160,7 +162,9 @@ struct sw__buf {
     sw__buf *base;  /* itself for a base buffer */
     size_t offset;  /* byte offset inside the base allocation */
     uintptr_t mem;  /* (base) backend allocation; 0 when spilled or empty */
-    uint64_t last_use; /* (base) LRU key: dev->clock at the last use */
+    /* (base) LRU key: dev->clock at the last use, set when it is pinned
+     * and again when unpinned (its work then queued: spill.c's timeline) */
+    uint64_t last_use;
     uint32_t user_refs;
     size_t size;       /* bytes visible through this handle */
 
@@ -351,6 +355,18 @@ struct sw_device {
      * copy queue superseded theirs) before their end was noticed: their
      * time still counts, once they complete (spill.c). */
     sw__xfer *xfer_orphans;
+    /* The default queue's timeline (spill.c): events recorded on it, oldest
+     * first, each with dev->clock when it was recorded.  Uses of a buffer
+     * are queued before its last_use is set at unpin, so a mark with clock
+     * >= last_use follows them: a spill's copy waits for that mark, not
+     * for everything queued on the default queue. */
+    struct sw__tlmark {
+        sw__bevent *ev;
+        uint64_t clock;
+    } tl[SW__TL_MAX];
+    unsigned tl_first, tl_len;
+    uint64_t tl_done;  /* uses with last_use <= this have completed */
+    uint64_t cq_after; /* the copy queue waits for those <= this */
     sw__callback callbacks[SW_MAX_PRESSURE_CALLBACKS];
     sw__queue *queues; /* live and dying queues */
     size_t live_queues;
