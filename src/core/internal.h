@@ -371,6 +371,10 @@ struct sw_device {
     sw__queue *queues; /* live and dying queues */
     size_t live_queues;
     size_t dying_queues; /* released, destroyed once idle */
+    /* Queue creations since the last reaping pass, and the dying queues
+     * that pass left (still busy): sw_queue_create reaps when the first
+     * reaches the second (queue.c). */
+    size_t reap_since, reap_busy;
     /* Bumped by sw_reset_counters: a copy queued before it adds no time
      * to the counters after it. */
     uint32_t counters_epoch;
