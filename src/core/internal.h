@@ -403,6 +403,11 @@ struct sw_device {
 /* Queue ids 1..62 are a queue's own; id 63 is shared by every queue
  * created while those are taken (and so stands for all of them). */
 #define SW__QID_SHARED 63
+/* qmask bit 0 (the default queue's id, never another queue's): a
+ * prefetch's copy in is in flight and the default queue has not waited
+ * for it yet.  Any use goes the general way (qmask != 0), where
+ * sw__order_use_locked makes the queue wait for the copy first. */
+#define SW__QMASK_RESTORE (UINT64_C(1) << 0)
 
 typedef struct sw__task {
     struct sw__task *next;
@@ -580,6 +585,9 @@ void sw__xfer_close_locked(sw_device *dev);
 /* Wait (lock released) until base has no copy in flight; SW_ERR_DEVICE if
  * its data was lost by a copy that failed on the device. */
 int sw__xfer_wait_locked(sw_device *dev, sw__buf *base);
+/* Make the default queue wait for base's copy in still in flight, if a
+ * prefetch left that to its next use (SW__QMASK_RESTORE); clears it. */
+int sw__xfer_order_locked(sw_device *dev, sw__buf *base);
 /* The last of a release: host block back, slot freed (buffer.c). */
 void sw__buf_slot_free_locked(sw_device *dev, sw__buf *base);
 /* Wait (lock released) until no spill or restore is moving base. */

@@ -549,6 +549,13 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
 int sw__order_use_locked(sw_device *dev, sw__buf *base, sw__queue *q)
 {
     sw__assert_locked(dev);
+    if (base->qmask & SW__QMASK_RESTORE) {
+        /* A prefetch's copy in (spill.c): the default queue waits for it
+         * now, before this use, and any other queue after that. */
+        int rc = sw__xfer_order_locked(dev, base);
+        if (rc != SW_OK)
+            return rc;
+    }
     if (q == NULL) {
         if (base->qmask == 0)
             return SW_OK;

@@ -160,17 +160,18 @@ static sw__bqueue *copy_queue(sw_device *dev)
 }
 
 /* An xfer for what was just queued on the copy queue, and the default
- * queue made to wait for it; NULL (with the message set) when no event
- * can be had, after waiting for the copy queue instead. */
+ * queue made to wait for it (unless `defer`: a prefetch, whose buffer's
+ * next use makes it wait); NULL (with the message set) when no event can
+ * be had, after waiting for the copy queue instead. */
 static sw__xfer *xfer_record_locked(sw_device *dev, int kind, double t0,
-                                    sw__bevent *start, int *rc)
+                                    sw__bevent *start, bool defer, int *rc)
 {
     *rc = SW_OK;
     sw__xfer *x = sw__calloc(1, sizeof *x);
     sw__bevent *ev = NULL;
     if (x != NULL)
         *rc = sw__b_event_record_q(dev, copy_queue(dev), &ev);
-    if (x != NULL && *rc == SW_OK && dev->copyq != NULL)
+    if (x != NULL && *rc == SW_OK && dev->copyq != NULL && !defer)
         *rc = sw__b_wait_event(dev, dev->q, ev);
     if (x == NULL || *rc != SW_OK) {
         /* No event (no host memory): wait for the copies on the host,
@@ -276,6 +277,8 @@ static void xfer_finish_locked(sw_device *dev, sw__buf *base)
     xfer_unref_locked(dev, x);
     if (rc != SW_OK && kind == SW__XFER_SPILL && base->state == SW_SPILLED)
         base->lost = true; /* the copy failed on the device: see above */
+    if (kind == SW__XFER_RESTORE && rc == SW_OK)
+        base->qmask &= ~SW__QMASK_RESTORE; /* landed: nothing to wait for */
     if (base->state == SW_RESIDENT && base->host != NULL) {
         /* A restore's source, free now. */
         sw__host_put_locked(dev, base->host, base->host_size,
@@ -378,6 +381,19 @@ int sw__xfer_wait_locked(sw_device *dev, sw__buf *base)
                           "lost: its copy to host memory failed on the "
                           "device after its device memory was reused",
                           dev->name, base->tag);
+    return SW_OK;
+}
+
+int sw__xfer_order_locked(sw_device *dev, sw__buf *base)
+{
+    sw__assert_locked(dev);
+    sw__xfer *x = base->xfer;
+    if (x != NULL && x->kind == SW__XFER_RESTORE && !xfer_done_locked(dev, x)) {
+        int rc = sw__b_wait_event(dev, dev->q, x->ev);
+        if (rc != SW_OK)
+            return rc;
+    }
+    base->qmask &= ~SW__QMASK_RESTORE;
     return SW_OK;
 }
 
@@ -618,7 +634,8 @@ static int spill_batch_locked(sw_device *dev, uint64_t need,
     /* One event for the batch; the default queue waits for it, so the
      * memory can go to the cache now. */
     int wrc = SW_OK;
-    sw__xfer *x = xfer_record_locked(dev, SW__XFER_SPILL, t0, start, &wrc);
+    sw__xfer *x = xfer_record_locked(dev, SW__XFER_SPILL, t0, start, false,
+                                     &wrc);
     sw__buf *done = NULL;
     while ((b = victims) != NULL) {
         victims = b->tmp_next;
@@ -712,6 +729,7 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
         (rc = sw__b_queue_wait(dev, cq, dev->q)) == SW_OK)
         dev->cq_after = dev->clock;
     sw__bevent *start = NULL;
+    bool defer = false;
     if (rc == SW_OK && base->size > 0) {
         start = sw__b_timing_start(dev, cq);
         rc = sw__b_write_q(dev, cq, mem, 0, base->host, base->size);
@@ -722,7 +740,14 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
         start = NULL;
     }
     if (rc == SW_OK) {
-        x = xfer_record_locked(dev, SW__XFER_RESTORE, t0, start, &rc);
+        /* A prefetch's copy overlaps the work queued before its buffer's
+         * next use: the default queue waits for it at that use
+         * (SW__QMASK_RESTORE), not now (the demo's backward pass had each
+         * step's kernels wait for the next step's array).  With a queue
+         * given, that queue waits for it now, and the default queue too,
+         * so that a failure below can give the memory back. */
+        defer = prefetch && q == NULL && dev->copyq != NULL;
+        x = xfer_record_locked(dev, SW__XFER_RESTORE, t0, start, defer, &rc);
         /* A queue other than the default waits for the copy itself. */
         if (x != NULL && q != NULL && rc == SW_OK)
             rc = sw__b_wait_event(dev, q->bq, x->ev);
@@ -753,6 +778,8 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
                   q ? (uint32_t)q->id : 0, prefetch);
         if (x != NULL) {
             xfer_attach_locked(dev, base, x); /* host back when done */
+            if (defer)
+                base->qmask |= SW__QMASK_RESTORE;
         } else {
             sw__host_put_locked(dev, base->host, base->host_size,
                                 base->host_pinned);

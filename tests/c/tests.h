@@ -19,6 +19,7 @@
     X(inflight_free)                                                          \
     X(inflight_relaunch_and_spill_again)                                      \
     X(inflight_prefetch)                                                      \
+    X(inflight_prefetch_next_use_waits) \
     X(inflight_copy_fault_keeps_buffer)                                       \
     X(host_pool_bound)                                                        \
     X(thread_inflight)                                                        \
