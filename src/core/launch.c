@@ -95,6 +95,24 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
     return SW_OK;
 }
 
+/* The warm path's pin of one argument: its base resident, not moving,
+ * with no queue to order; then pinned, used at `clock`, and its pointer
+ * written.  False (nothing done) for the general path. */
+static inline bool pin_warm(sw__buf *b, uint64_t clock, sw_devmem *p)
+{
+    sw__buf *base = b->base;
+    if (__builtin_expect(base->state != SW_RESIDENT || base->moving ||
+                             base->qmask != 0,
+                         0))
+        return false;
+    base->pins++;
+    base->last_use = clock;
+    uintptr_t mem = base->mem;
+    p->base = mem;
+    p->offset = mem ? b->offset : 0;
+    return true;
+}
+
 /* Make every argument resident and pin it.  pre: every argument is a
  * live buffer of dev (validated by the caller, so that a bad argument
  * fails before anything moves).  The warm path (all resident, no queue to
@@ -110,18 +128,8 @@ int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
     size_t i = 0;
     if (q == NULL && ptrs != NULL) {
         uint64_t clock = dev->clock;
-        for (; i < n; i++) {
-            sw__buf *b = bufs[i], *base = b->base;
-            if (__builtin_expect(base->state != SW_RESIDENT || base->moving ||
-                                     base->qmask != 0,
-                                 0))
-                break;
-            base->pins++;
-            base->last_use = ++clock;
-            uintptr_t mem = base->mem;
-            ptrs[i].base = mem;
-            ptrs[i].offset = mem ? b->offset : 0;
-        }
+        for (; i < n && pin_warm(bufs[i], clock + 1, &ptrs[i]); i++)
+            clock++;
         dev->clock = clock;
         if (__builtin_expect(i == n, 1))
             return SW_OK;
@@ -241,18 +249,10 @@ static size_t memo_pin_locked(sw_device *dev, const last_begin_t *last,
     size_t i;
     for (i = 0; i < n; i++) {
         sw__buf *b = last->b[i];
-        if (h[i] != last->h[i] || !sw__handle_matches(&b->h, h[i]))
+        if (h[i] != last->h[i] || !sw__handle_matches(&b->h, h[i]) ||
+            !pin_warm(b, clock + 1, &ptrs[i]))
             break;
-        sw__buf *base = b->base;
-        if (__builtin_expect(base->state != SW_RESIDENT || base->moving ||
-                                 base->qmask != 0,
-                             0))
-            break;
-        base->pins++;
-        base->last_use = ++clock;
-        uintptr_t mem = base->mem;
-        ptrs[i].base = mem;
-        ptrs[i].offset = mem ? b->offset : 0;
+        clock++;
     }
     dev->clock = clock;
     if (__builtin_expect(i < n, 0)) {
