@@ -36,8 +36,6 @@ struct MapObject {
     size_t n;
     EntryObject *dead; /* no references of its own: every entry on it is
                         * in the table */
-    size_t busy;       /* entries the last prune left on `dead` */
-    size_t since;      /* lookups since the last prune */
 };
 
 /* spillway.order_manager. */
@@ -190,7 +188,6 @@ static void map_drop_all(MapObject *m)
     m->slots = NULL;
     m->cap = m->n = 0;
     m->dead = NULL;
-    m->busy = m->since = 0;
     for (size_t i = 0; i < cap; i++) {
         EntryObject *e = slots[i];
         if (e == NULL)
@@ -212,7 +209,6 @@ static void map_prune(MapObject *m)
 {
     EntryObject *list = m->dead;
     m->dead = NULL;
-    m->busy = 0;
     int any = 0;
     for (EntryObject *e = list; e != NULL; e = e->dead_next) {
         e->idle = e->dead && Py_REFCNT(e->mgr) == 1;
@@ -244,10 +240,8 @@ static void map_prune(MapObject *m)
         } else {
             e->dead_next = m->dead;
             m->dead = e;
-            m->busy++;
         }
     }
-    m->since = 0;
     /* The table is consistent: now deallocation may run (and release the
      * GIL). */
     while (drop != NULL) {
@@ -273,15 +267,7 @@ static void entry_discard(EntryObject *e)
  * after each of them, and nothing found before is trusted. */
 static ManagerObject *map_get(sw_py_state *st, MapObject *m, QueueObject *q)
 {
-    /* Prune once there have been as many lookups since the last prune as
-     * it left busy entries (with one busy entry or none, every lookup
-     * prunes).  Queues made in a loop, each waiting for the last one's
-     * work, keep a chain of busy entries, and walking it on every lookup
-     * made `Queue()` + its first operation O(chain): ~16,000 of its
-     * ~34,000 instructions, with the queries' locks.  So the walks cost
-     * O(1) queries per lookup and death, amortized, and an idle manager
-     * waits at most that many lookups to be dropped. */
-    if (m->dead != NULL && ++m->since >= m->busy)
+    if (m->dead != NULL)
         map_prune(m);
     for (int tries = 0; tries < 100; tries++) {
         EntryObject *e = map_find(m, q->q);
@@ -409,7 +395,6 @@ static MapObject *thread_map(sw_py_state *st, PyObject *om, int create)
     nm->slots = NULL;
     nm->cap = nm->n = 0;
     nm->dead = NULL;
-    nm->busy = nm->since = 0;
     PyObject_GC_Track(nm);
     int r = PyDict_SetItem(d, om, (PyObject *)nm);
     Py_DECREF(nm);
@@ -540,7 +525,6 @@ static PyObject *OMap_clear(PyObject *self, PyObject *unused)
     m->slots = NULL;
     m->cap = m->n = 0;
     m->dead = NULL;
-    m->busy = m->since = 0;
     for (size_t i = 0; i < cap; i++) {
         EntryObject *e = slots[i];
         if (e != NULL) {
