@@ -462,6 +462,12 @@ static int cq_after_locked(sw_device *dev, uint64_t tick)
 {
     if (dev->copyq == NULL || tick <= dev->cq_after)
         return SW_OK;
+    if (!SW__TIMELINE) { /* the whole default queue, as before */
+        int rc = sw__b_queue_wait(dev, dev->copyq, dev->q);
+        if (rc == SW_OK)
+            dev->cq_after = dev->clock;
+        return rc;
+    }
     tl_poll_locked(dev);
     if (tick <= dev->tl_done) {
         dev->cq_after = dev->tl_done; /* complete: before anything */
@@ -516,6 +522,8 @@ static bool cq_covers_locked(sw_device *dev, uint64_t tick)
 {
     if (dev->copyq == NULL || tick <= dev->cq_after)
         return true;
+    if (!SW__TIMELINE)
+        return false;
     tl_poll_locked(dev);
     return tick <= dev->tl_done;
 }
@@ -628,7 +636,7 @@ static int spill_batch_locked(sw_device *dev, uint64_t need,
     }
 
     /* A mark for later spills' victims, used by then (best effort). */
-    if (dev->copyq != NULL)
+    if (SW__TIMELINE && dev->copyq != NULL)
         (void)tl_mark_locked(dev);
 
     /* One event for the batch; the default queue waits for it, so the
@@ -746,7 +754,7 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
          * step's kernels wait for the next step's array).  With a queue
          * given, that queue waits for it now, and the default queue too,
          * so that a failure below can give the memory back. */
-        defer = prefetch && q == NULL && dev->copyq != NULL;
+        defer = SW__TIMELINE && prefetch && q == NULL && dev->copyq != NULL;
         x = xfer_record_locked(dev, SW__XFER_RESTORE, t0, start, defer, &rc);
         /* A queue other than the default waits for the copy itself. */
         if (x != NULL && q != NULL && rc == SW_OK)
