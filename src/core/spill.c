@@ -477,6 +477,11 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
         b->host = host;
         b->host_size = hsize;
         b->host_pinned = pinned;
+        /* Moving until its batch ends: xfer_record_locked may wait for
+         * the copies without the lock, and meanwhile another thread must
+         * not write it (into device memory about to be given up), free it
+         * or move it (sw__wait_stable_locked; a free is deferred). */
+        b->moving = true;
         b->tmp_next = victims;
         victims = b;
         total += b->alloc_size;
@@ -495,8 +500,12 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
      * memory can go to the cache now. */
     int wrc = SW_OK;
     sw__xfer *x = xfer_record_locked(dev, SW__XFER_SPILL, t0, start, &wrc);
+    sw__buf *done = NULL;
     while ((b = victims) != NULL) {
         victims = b->tmp_next;
+        b->moving = false;
+        b->tmp_next = done;
+        done = b;
         if (b->xfer != NULL) {
             /* Its restore's copy in is before this copy out on the copy
              * queue: its end is this xfer's concern now, and the host
@@ -528,6 +537,12 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
             xfer_attach_locked(dev, b, x);
         else
             SW__TRACE(dev, SW_TRACE_SPILL_END, b, b->alloc_size, 0, 0);
+    }
+    /* Waiters for the moves, and frees deferred by them. */
+    pthread_cond_broadcast(&dev->moved);
+    while ((b = done) != NULL) {
+        done = b->tmp_next;
+        sw__maybe_release_locked(dev, b);
     }
     if (x == NULL && wrc != SW_OK)
         return wrc;

@@ -14,6 +14,7 @@
 #include "test.h"
 #include "tests.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -282,4 +283,68 @@ TEST(hostoom_order_records)
     sw_order_destroy(o);
     ASSERT_OK(sw_queue_release(q));
     ASSERT_OK(sw_device_synchronize(dev));
+}
+
+/* A spill whose batch event cannot be had waits for its copies without
+ * the lock (spill.c, xfer_record_locked).  Meanwhile its victims must stay
+ * out of reach: a write to one then went into device memory about to be
+ * given up, and was lost when the spill marked it spilled with the host
+ * copy taken before.  A thread writes a counter into the victim until it
+ * sees it spilled, while the spill runs under a host-allocation fault at
+ * each of its first allocations in turn; the last value written must be
+ * what the buffer holds. */
+typedef struct {
+    sw_buffer *v;
+    atomic_int go, stop;
+    uint32_t last;
+} window_writer;
+
+static void *window_write(void *arg)
+{
+    window_writer *w = arg;
+    while (!atomic_load(&w->go))
+        ;
+    for (uint32_t i = 1; !atomic_load(&w->stop); i++) {
+        sw_buffer_state st = SW_RESIDENT;
+        if (sw_buffer_state_get(w->v, &st) != SW_OK || st == SW_SPILLED)
+            break;
+        if (sw_buffer_write(w->v, 0, &i, sizeof i) == SW_OK)
+            w->last = i;
+    }
+    return NULL;
+}
+
+TEST(hostoom_spill_keeps_victims_out_of_reach)
+{
+    test_require_spill();
+    sw_device *dev = test_device();
+    for (int round = 0; round < 3; round++) {
+        for (uint64_t nth = 1; nth <= 10; nth++) {
+            sw_buffer *v = test_alloc(dev, (size_t)16 << 20, "victim");
+            sw_buffer *keep = test_alloc(dev, 4096, "keep");
+            uint32_t zero = 0;
+            ASSERT_OK(sw_buffer_write(v, 0, &zero, sizeof zero));
+            ASSERT_OK(sw_buffer_write(keep, 0, &zero, sizeof zero));
+            ASSERT_OK(sw_device_synchronize(dev));
+            window_writer w = {.v = v};
+            pthread_t t;
+            ASSERT_EQ(pthread_create(&t, NULL, window_write, &w), 0);
+            ASSERT_OK(sw_inject_fault(dev, SW_FAULT_HOST_ALLOC, nth, 0));
+            atomic_store(&w.go, 1);
+            /* v is the least recently used once the writer pauses. */
+            (void)sw_set_memory_budget(dev, 8192);
+            ASSERT_OK(sw_inject_fault(dev, SW_FAULT_HOST_ALLOC, 0, 0));
+            atomic_store(&w.stop, 1);
+            ASSERT_EQ(pthread_join(t, NULL), 0);
+            uint32_t got = 0;
+            ASSERT_OK(sw_buffer_read(v, 0, &got, sizeof got));
+            if (got != w.last)
+                FAIL("fault at allocation %llu: the victim holds %u, but "
+                     "%u was the last value written to it",
+                     (unsigned long long)nth, got, w.last);
+            ASSERT_OK(sw_set_memory_budget(dev, 0));
+            ASSERT_OK(sw_buffer_free(v));
+            ASSERT_OK(sw_buffer_free(keep));
+        }
+    }
 }

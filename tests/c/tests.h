@@ -32,6 +32,7 @@
     X(hostoom_every_path)                                                     \
     X(hostoom_persistent)                                                     \
     X(hostoom_order_records)                                                  \
+    X(hostoom_spill_keeps_victims_out_of_reach)                               \
     /* test-errors.c */                                                       \
     X(error_names)                                                            \
     X(error_last_error_per_thread)                                            \
