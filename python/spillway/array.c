@@ -369,7 +369,40 @@ static PyObject *Array_fill(ArrayObject *a, PyObject *const *args,
     Py_RETURN_NONE;
 }
 
+/* prefetch(*, queue=None): sw_buffer_prefetch, the restore started early
+ * (no-op when resident). */
+static PyObject *Array_prefetch(ArrayObject *a, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"queue"};
+    PyObject *v[1];
+    if (sw_py_parse_args("prefetch", args, nargs, kwnames, names, 1, 0, 0,
+                         v) < 0)
+        return NULL;
+    sw_py_state *st = sw_py_type_state(Py_TYPE(a));
+    if (st == NULL || sw_py_array_check_device(a) < 0)
+        return NULL;
+    QueueObject *q;
+    if (sw_py_queue_arg(st, v[0], a->device, "prefetch", &q) < 0)
+        return NULL;
+    /* Making room may spill, under pressure run the collector. */
+    int rc;
+    NOGIL_ALLOC(rc, sw_buffer_prefetch(a->buf, q != NULL ? q->q : NULL));
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Array_methods[] = {
+    {"prefetch", (PyCFunction)(void (*)(void))Array_prefetch,
+     METH_FASTCALL | METH_KEYWORDS,
+     "prefetch(*, queue=None)\n--\n\nStart bringing a spilled array back "
+     "to the device without waiting: the copy runs on the device's copy "
+     "queue beside the work already queued, and the next operation on "
+     "this array (and everything later on queue, when given) waits for it "
+     "on the device.  Call it a step ahead of the work that needs the "
+     "array (the next layer's weights, the next block of a pipeline).  A "
+     "no-op for a resident array; may spill others to make room."},
     {"numpy", (PyCFunction)(void (*)(void))Array_numpy, METH_NOARGS,
      "numpy()\n--\n\nA NumPy copy of the array (a host read: a spilled "
      "array is read from its host copy and stays spilled)."},
