@@ -37,7 +37,13 @@
  * there, then aborts.  Freed memory is poisoned with 0xDB.
  *
  * Configuration: SPILLWAY_SIM_MEMORY (capacity per device, default 1G) and
- * SPILLWAY_SIM_DEVICES (count, default 1, at most 64).
+ * SPILLWAY_SIM_DEVICES (count, default 1, at most 64)
+ *
+ * SPILLWAY_SIM_JITTER=N (microseconds, default 0) makes a worker pause a
+ * random 0..N us before each command it runs, and small work is then
+ * never inline: a test harness's way to shake out orderings that the
+ * host's usual timing never produces (a copy running late, an event
+ * completing after the host moved on).
  *
  * Threads and locks.  The core calls us with its device mutex held, except
  * for the wait operations.  Our own locks are leaves, never nested in each
@@ -58,6 +64,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,6 +188,7 @@ struct sw__bdev {
     sw__bqueue *queues; /* all of them, default included; registry mutex */
     sw__bdev *next;     /* in sim__devices, under sim__registry_mu */
     size_t inline_max;  /* SIM__INLINE_MAX, or 0: SPILLWAY_SIM_INLINE=0 */
+    unsigned jitter_us; /* SPILLWAY_SIM_JITTER */
 };
 
 /* ------------------------------------------------------------------------
@@ -515,6 +523,25 @@ static int sim__park(sw__bqueue *q, sim__link *l, sim__link *tail,
     return parked;
 }
 
+/* SPILLWAY_SIM_JITTER: a pause of 0..max_us, from a per-thread xorshift
+ * (seeded by the thread's stack address: runs differ, as timing does). */
+static void sim__jitter(unsigned max_us)
+{
+    static _Thread_local uint64_t x;
+    if (x == 0)
+        x = (uint64_t)(uintptr_t)&x * 0x9E3779B97F4A7C15ull | 1;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    unsigned us = (unsigned)(x % ((uint64_t)max_us + 1));
+    if (us == 0) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, (long)us * 1000};
+    nanosleep(&ts, NULL);
+}
+
 /* Run q's commands until its FIFO is empty (it is then unscheduled and not
  * touched again: it may be destroyed at once) or it parks on an event.
  * Takes the whole FIFO at once, so the queue lock is taken twice per batch
@@ -537,6 +564,8 @@ static void sim__run(sw__bqueue *q)
         uint64_t ran = 0;
         while (batch) {
             sim__link *l = batch;
+            if (q->dev->jitter_us > 0)
+                sim__jitter(q->dev->jitter_us);
             if (l->kind == SIM__CMD_WAIT &&
                 !sim__event_done(sim__cmd_of(l)->u.wait)) {
                 if (sim__park(q, l, tail, ran))
@@ -828,6 +857,18 @@ static size_t sim__env_inline_max(void)
     return s && strcmp(s, "0") == 0 ? 0 : SIM__INLINE_MAX;
 }
 
+/* SPILLWAY_SIM_JITTER=N: pause 0..N us before each command (at most a
+ * second; anything else is 0). */
+static unsigned sim__env_jitter(void)
+{
+    const char *s = getenv("SPILLWAY_SIM_JITTER");
+    if (s == NULL || *s == '\0')
+        return 0;
+    char *end = NULL;
+    unsigned long v = strtoul(s, &end, 10);
+    return *end == '\0' && v <= 1000000 ? (unsigned)v : 0;
+}
+
 /* ------------------------------------------------------------------------
  * Operations: devices and memory
  * ---------------------------------------------------------------------- */
@@ -870,6 +911,9 @@ static int sim_open(int index, sw__bdev **out, sw__device_props *props)
                           index);
     dev->index = index;
     dev->inline_max = sim__env_inline_max();
+    dev->jitter_us = sim__env_jitter();
+    if (dev->jitter_us > 0)
+        dev->inline_max = 0; /* everything through the shaken workers */
     rc = sw__sim_arena_init(&dev->arena, index, (size_t)cap);
     if (rc != SW_OK) {
         sw__free(dev);
