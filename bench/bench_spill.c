@@ -160,14 +160,17 @@ static void bench_launch(sw_device *dev, long iters)
         sink += (uint64_t)i;
     double empty = (now() - t0) / (double)iters * 1e9;
     (void)launch_ns(dev, bufs, N, iters / 10); /* warm up */
-    /* Best of 5, the four loops interleaved: on a shared machine a loop
-     * that lost the CPU for a while is not the launch's cost. */
+    /* The best of many short loops, the four interleaved: on a shared
+     * (virtual) machine a loop that lost the CPU, or ran beside a noisy
+     * neighbour, is not the launch's cost, and a few ns per argument is
+     * lost in that noise unless each figure is the minimum of many. */
+    enum { REPS = 40 };
     double t1 = 1e30, tn = 1e30, a1 = 1e30, an = 1e30;
-    for (int r = 0; r < 5; r++) {
-        t1 = fmin(t1, launch_ns(dev, bufs, 1, iters / 5));
-        tn = fmin(tn, launch_ns(dev, bufs, N, iters / 5));
-        a1 = fmin(a1, launch_alt_ns(dev, bufs, other, 1, iters / 5));
-        an = fmin(an, launch_alt_ns(dev, bufs, other, N, iters / 5));
+    for (int r = 0; r < REPS; r++) {
+        t1 = fmin(t1, launch_ns(dev, bufs, 1, iters / REPS));
+        tn = fmin(tn, launch_ns(dev, bufs, N, iters / REPS));
+        a1 = fmin(a1, launch_alt_ns(dev, bufs, other, 1, iters / REPS));
+        an = fmin(an, launch_alt_ns(dev, bufs, other, N, iters / REPS));
     }
     double per_arg = (tn - t1) / (N - 1);
     printf("warm launch (begin+end, all arguments resident, %ld iterations)\n",

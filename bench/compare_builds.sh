@@ -4,7 +4,8 @@
 # (build-release/, e.g. `meson setup build-release --buildtype=release
 # -Db_ndebug=true && ninja -C build-release` in each), run alternately in
 # the same session, two rounds each, so that a shared machine's load falls
-# on both; then 5 demo runs per device and step count on AFTER.  Writes one
+# on both; then 5 demo runs per device and step count of each, alternated.
+# Writes one
 # file per run under OUT (default ./compare-out).  Uses AFTER's .venv for
 # Python.
 set -u
@@ -24,7 +25,10 @@ done
 for dev in sim:0 opencl:0; do
   for s in 32 128 512; do
     for r in 1 2 3 4 5; do
-      "$A/build-release/spillway" demo --device "$dev" --steps "$s" --json 2>/dev/null | tail -1 >> "$out/demo.$dev.$s"
+      for w in before after; do
+        d=$([ $w = before ] && echo "$B" || echo "$A")
+        "$d/build-release/spillway" demo --device "$dev" --steps "$s" --json 2>/dev/null | tail -1 >> "$out/demo.$w.$dev.$s"
+      done
     done
   done
 done

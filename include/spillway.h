@@ -401,8 +401,10 @@ SW_API int sw_buffer_fill(sw_buffer *buf, size_t offset, size_t n,
                           const void *pattern, size_t pattern_size);
 
 /* Start bringing a spilled buffer back to the device without waiting:
- * its copy is queued on the copy queue, and work queued later on the
- * default queue (and on q, which may be NULL) runs after it.  Call it a
+ * its copy is queued on the copy queue; work queued later that uses the
+ * buffer, on any queue, runs after it, and so does all later work on q
+ * (which may be NULL), while the default queue's other work does not wait
+ * for it (the copy runs beside it).  Call it a
  * step ahead of the work that needs the buffer -- the next layer's
  * weights, the next block of a pipeline -- so that the copy overlaps the
  * work of this step.  A no-op for a resident buffer (beyond ordering q

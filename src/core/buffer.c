@@ -292,6 +292,8 @@ void sw__unpin_locked(sw_device *dev, sw__buf *base)
     sw__assert_locked(dev);
     assert(base->pins > 0);
     base->pins--;
+    /* Its work is queued now: spill.c's timeline orders copies by this. */
+    base->last_use = ++dev->clock;
     sw__maybe_release_locked(dev, base);
 }
 

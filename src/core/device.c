@@ -480,9 +480,16 @@ int sw__wait_event_locked(sw_device *dev, sw__bevent *ev)
 int sw__wait_idle_locked(sw_device *dev)
 {
     sw__assert_locked(dev);
+    /* Uses queued by now are done after the wait (spill.c's timeline). */
+    uint64_t clock = dev->clock;
     sw__bevent *ev = NULL;
-    if (sw__b_event_record(dev, &ev) == SW_OK)
-        return sw__wait_event_locked(dev, ev);
+    int rc;
+    if (sw__b_event_record(dev, &ev) == SW_OK) {
+        rc = sw__wait_event_locked(dev, ev);
+        if (rc == SW_OK && clock > dev->tl_done)
+            dev->tl_done = clock;
+        return rc;
+    }
     /* No event to be had (no host memory for one): wait for the whole
      * queue instead, which allocates nothing (backend.h), without the
      * lock.  Callers rely on the work being done when this returns: a
@@ -491,9 +498,11 @@ int sw__wait_idle_locked(sw_device *dev)
     sw__bqueue *q = dev->q;
     dev->waiting++;
     sw__unlock(dev);
-    int rc = sw__b_synchronize(ops, q);
+    rc = sw__b_synchronize(ops, q);
     sw__lock(dev);
     dev->waiting--;
+    if (rc == SW_OK && clock > dev->tl_done)
+        dev->tl_done = clock;
     return rc;
 }
 

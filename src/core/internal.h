@@ -143,6 +143,8 @@ extern sw__pool sw__buf_pool, sw__lease_pool, sw__queue_pool,
 
 #define SW__DEVICE_MAGIC 0x53574456u /* "SWDV" */
 #define SW__NOT_IN_HEAP SIZE_MAX
+/* Marks kept on the default queue's timeline (spill.c). */
+#define SW__TL_MAX 32
 
 typedef struct sw__buf sw__buf;
 typedef struct sw__queue sw__queue;
@@ -160,7 +162,9 @@ struct sw__buf {
     sw__buf *base;  /* itself for a base buffer */
     size_t offset;  /* byte offset inside the base allocation */
     uintptr_t mem;  /* (base) backend allocation; 0 when spilled or empty */
-    uint64_t last_use; /* (base) LRU key: dev->clock at the last use */
+    /* (base) LRU key: dev->clock at the last use, set when it is pinned
+     * and again when unpinned (its work then queued: spill.c's timeline) */
+    uint64_t last_use;
     uint32_t user_refs;
     size_t size;       /* bytes visible through this handle */
 
@@ -351,10 +355,26 @@ struct sw_device {
      * copy queue superseded theirs) before their end was noticed: their
      * time still counts, once they complete (spill.c). */
     sw__xfer *xfer_orphans;
+    /* The default queue's timeline (spill.c): events recorded on it, oldest
+     * first, each with dev->clock when it was recorded.  Uses of a buffer
+     * are queued before its last_use is set at unpin, so a mark with clock
+     * >= last_use follows them: a spill's copy waits for that mark, not
+     * for everything queued on the default queue. */
+    struct sw__tlmark {
+        sw__bevent *ev;
+        uint64_t clock;
+    } tl[SW__TL_MAX];
+    unsigned tl_first, tl_len;
+    uint64_t tl_done;  /* uses with last_use <= this have completed */
+    uint64_t cq_after; /* the copy queue waits for those <= this */
     sw__callback callbacks[SW_MAX_PRESSURE_CALLBACKS];
     sw__queue *queues; /* live and dying queues */
     size_t live_queues;
     size_t dying_queues; /* released, destroyed once idle */
+    /* Queue creations since the last reaping pass, and the dying queues
+     * that pass left (still busy): sw_queue_create reaps when the first
+     * reaches the second (queue.c). */
+    size_t reap_since, reap_busy;
     /* Bumped by sw_reset_counters: a copy queued before it adds no time
      * to the counters after it. */
     uint32_t counters_epoch;
@@ -383,6 +403,11 @@ struct sw_device {
 /* Queue ids 1..62 are a queue's own; id 63 is shared by every queue
  * created while those are taken (and so stands for all of them). */
 #define SW__QID_SHARED 63
+/* qmask bit 0 (the default queue's id, never another queue's): a
+ * prefetch's copy in is in flight and the default queue has not waited
+ * for it yet.  Any use goes the general way (qmask != 0), where
+ * sw__order_use_locked makes the queue wait for the copy first. */
+#define SW__QMASK_RESTORE (UINT64_C(1) << 0)
 
 typedef struct sw__task {
     struct sw__task *next;
@@ -560,6 +585,9 @@ void sw__xfer_close_locked(sw_device *dev);
 /* Wait (lock released) until base has no copy in flight; SW_ERR_DEVICE if
  * its data was lost by a copy that failed on the device. */
 int sw__xfer_wait_locked(sw_device *dev, sw__buf *base);
+/* Make the default queue wait for base's copy in still in flight, if a
+ * prefetch left that to its next use (SW__QMASK_RESTORE); clears it. */
+int sw__xfer_order_locked(sw_device *dev, sw__buf *base);
 /* The last of a release: host block back, slot freed (buffer.c). */
 void sw__buf_slot_free_locked(sw_device *dev, sw__buf *base);
 /* Wait (lock released) until no spill or restore is moving base. */

@@ -114,6 +114,8 @@ SW_API int sw_lease_release(sw_lease *lease)
         }
         sw__buf *base = l->base;
         sw__pool_put(&sw__lease_pool, l);
+        /* The holder's work on it is queued by now (spill.c's timeline). */
+        base->last_use = ++dev->clock;
         if (--base->exposed == 0 && base->state == SW_RESIDENT &&
             !base->external && base->mem != 0)
             sw__lru_insert_locked(dev, base);

@@ -275,8 +275,17 @@ SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
         return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a queue");
     }
     /* Dead queues are destroyed here, so a loop that creates queues keeps
-     * only those with work still running. */
-    sw__reap_queues_locked(dev, false);
+     * only those with work still running.  A pass asks each dying queue
+     * whether it is idle (two locks each), so it runs once there have
+     * been as many creations since the last as that pass left busy (with
+     * one or none, at every creation): queues made in a loop, each
+     * waiting for the last one's work, keep a chain of busy ones, and a
+     * pass per creation made Queue() O(chain).  At most SW__DYING_MAX
+     * wait all the same (below). */
+    if (dev->dying_queues > 0 &&
+        (++dev->reap_since >= dev->reap_busy ||
+         dev->dying_queues > SW__DYING_MAX))
+        sw__reap_queues_locked(dev, false);
     wait_for_dying_locked(dev);
     rc = sw__b_queue_create(dev, &q->bq);
     if (rc == SW_ERR_OOM) {
@@ -516,6 +525,8 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
         dead = q;
         dev->dying_queues--;
     }
+    dev->reap_since = 0;
+    dev->reap_busy = dev->dying_queues;
     /* Their tasks have run and no runner holds them (queue_idle), and
      * their backend queues are idle: destroyed under the lock, since that
      * changes the backend's device state other threads read under it. */
@@ -538,6 +549,13 @@ void sw__reap_queues_locked(sw_device *dev, bool wait)
 int sw__order_use_locked(sw_device *dev, sw__buf *base, sw__queue *q)
 {
     sw__assert_locked(dev);
+    if (base->qmask & SW__QMASK_RESTORE) {
+        /* A prefetch's copy in (spill.c): the default queue waits for it
+         * now, before this use, and any other queue after that. */
+        int rc = sw__xfer_order_locked(dev, base);
+        if (rc != SW_OK)
+            return rc;
+    }
     if (q == NULL) {
         if (base->qmask == 0)
             return SW_OK;

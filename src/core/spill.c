@@ -160,17 +160,18 @@ static sw__bqueue *copy_queue(sw_device *dev)
 }
 
 /* An xfer for what was just queued on the copy queue, and the default
- * queue made to wait for it; NULL (with the message set) when no event
- * can be had, after waiting for the copy queue instead. */
+ * queue made to wait for it (unless `defer`: a prefetch, whose buffer's
+ * next use makes it wait); NULL (with the message set) when no event can
+ * be had, after waiting for the copy queue instead. */
 static sw__xfer *xfer_record_locked(sw_device *dev, int kind, double t0,
-                                    sw__bevent *start, int *rc)
+                                    sw__bevent *start, bool defer, int *rc)
 {
     *rc = SW_OK;
     sw__xfer *x = sw__calloc(1, sizeof *x);
     sw__bevent *ev = NULL;
     if (x != NULL)
         *rc = sw__b_event_record_q(dev, copy_queue(dev), &ev);
-    if (x != NULL && *rc == SW_OK && dev->copyq != NULL)
+    if (x != NULL && *rc == SW_OK && dev->copyq != NULL && !defer)
         *rc = sw__b_wait_event(dev, dev->q, ev);
     if (x == NULL || *rc != SW_OK) {
         /* No event (no host memory): wait for the copies on the host,
@@ -276,6 +277,8 @@ static void xfer_finish_locked(sw_device *dev, sw__buf *base)
     xfer_unref_locked(dev, x);
     if (rc != SW_OK && kind == SW__XFER_SPILL && base->state == SW_SPILLED)
         base->lost = true; /* the copy failed on the device: see above */
+    if (kind == SW__XFER_RESTORE && rc == SW_OK)
+        base->qmask &= ~SW__QMASK_RESTORE; /* landed: nothing to wait for */
     if (base->state == SW_RESIDENT && base->host != NULL) {
         /* A restore's source, free now. */
         sw__host_put_locked(dev, base->host, base->host_size,
@@ -336,6 +339,8 @@ void sw__xfer_poll_locked(sw_device *dev)
         orphans_poll_locked(dev, false);
 }
 
+static void tl_close_locked(sw_device *dev);
+
 void sw__xfer_close_locked(sw_device *dev)
 {
     sw__assert_locked(dev);
@@ -344,6 +349,7 @@ void sw__xfer_close_locked(sw_device *dev)
     /* Each orphan's copies came before a later xfer's on the in-order
      * copy queue, all of which are done now. */
     orphans_poll_locked(dev, true);
+    tl_close_locked(dev);
 }
 
 int sw__xfer_wait_locked(sw_device *dev, sw__buf *base)
@@ -378,6 +384,111 @@ int sw__xfer_wait_locked(sw_device *dev, sw__buf *base)
     return SW_OK;
 }
 
+int sw__xfer_order_locked(sw_device *dev, sw__buf *base)
+{
+    sw__assert_locked(dev);
+    sw__xfer *x = base->xfer;
+    if (x != NULL && x->kind == SW__XFER_RESTORE && !xfer_done_locked(dev, x)) {
+        int rc = sw__b_wait_event(dev, dev->q, x->ev);
+        if (rc != SW_OK)
+            return rc;
+    }
+    base->qmask &= ~SW__QMASK_RESTORE;
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * The default queue's timeline
+ *
+ * A spill's copy out must follow the default queue's work on its buffer.
+ * Making the copy queue wait for everything queued there serialized the
+ * copies with compute: a pipeline's forward step allocates, the copy of
+ * an array last used steps ago waited for the step before's kernels, and
+ * the step's kernels waited for the copy.  So events ("marks") are
+ * recorded on the default queue as spills go, each with dev->clock then.
+ * A use sets its buffer's last_use when unpinned, after its work was
+ * queued, so a mark with clock >= last_use was recorded after that work:
+ * the copy waits for the oldest such mark, usually complete already.
+ * ---------------------------------------------------------------------- */
+
+static struct sw__tlmark *tl_at(sw_device *dev, unsigned i)
+{
+    return &dev->tl[(dev->tl_first + i) % SW__TL_MAX];
+}
+
+static void tl_pop_locked(sw_device *dev)
+{
+    sw__b_event_release(dev->ops, tl_at(dev, 0)->ev);
+    dev->tl_first = (dev->tl_first + 1) % SW__TL_MAX;
+    dev->tl_len--;
+}
+
+/* Forget the marks that completed (the queue is in order: the oldest
+ * first), noting how far the default queue has run. */
+static void tl_poll_locked(sw_device *dev)
+{
+    while (dev->tl_len > 0) {
+        struct sw__tlmark *m = tl_at(dev, 0);
+        int done = 0;
+        if (sw__b_event_query(dev->ops, m->ev, &done) != SW_OK || !done)
+            return;
+        if (m->clock > dev->tl_done)
+            dev->tl_done = m->clock;
+        tl_pop_locked(dev);
+    }
+}
+
+/* A mark now, after everything queued on the default queue; with no host
+ * memory for it, none (the caller then waits for the whole queue). */
+static struct sw__tlmark *tl_mark_locked(sw_device *dev)
+{
+    if (dev->tl_len > 0 && tl_at(dev, dev->tl_len - 1)->clock == dev->clock)
+        return tl_at(dev, dev->tl_len - 1);
+    sw__bevent *ev = NULL;
+    if (sw__b_event_record_q(dev, dev->q, &ev) != SW_OK)
+        return NULL;
+    if (dev->tl_len == SW__TL_MAX)
+        tl_pop_locked(dev); /* waits on a later mark are longer, not wrong */
+    struct sw__tlmark *m = tl_at(dev, dev->tl_len++);
+    m->ev = ev;
+    m->clock = dev->clock;
+    return m;
+}
+
+/* Order the copy queue after the default queue's work on a buffer whose
+ * last use was queued by `tick` (its last_use), on the device, never
+ * waiting on the host.  Fails only when no wait can be queued. */
+static int cq_after_locked(sw_device *dev, uint64_t tick)
+{
+    if (dev->copyq == NULL || tick <= dev->cq_after)
+        return SW_OK;
+    tl_poll_locked(dev);
+    if (tick <= dev->tl_done) {
+        dev->cq_after = dev->tl_done; /* complete: before anything */
+        return SW_OK;
+    }
+    struct sw__tlmark *m = NULL;
+    for (unsigned i = 0; i < dev->tl_len && m == NULL; i++)
+        if (tl_at(dev, i)->clock >= tick)
+            m = tl_at(dev, i);
+    if (m == NULL && (m = tl_mark_locked(dev)) == NULL) {
+        int rc = sw__b_queue_wait(dev, dev->copyq, dev->q);
+        if (rc == SW_OK)
+            dev->cq_after = dev->clock;
+        return rc;
+    }
+    int rc = sw__b_wait_event(dev, dev->copyq, m->ev);
+    if (rc == SW_OK)
+        dev->cq_after = m->clock;
+    return rc;
+}
+
+static void tl_close_locked(sw_device *dev)
+{
+    while (dev->tl_len > 0)
+        tl_pop_locked(dev);
+}
+
 /* ------------------------------------------------------------------------
  * Spilling
  * ---------------------------------------------------------------------- */
@@ -399,7 +510,21 @@ static sw__buf *pop_lru_locked(sw_device *dev)
     return NULL;
 }
 
-int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
+/* Whether the copy queue already follows the default queue's work of
+ * uses queued by `tick`. */
+static bool cq_covers_locked(sw_device *dev, uint64_t tick)
+{
+    if (dev->copyq == NULL || tick <= dev->cq_after)
+        return true;
+    tl_poll_locked(dev);
+    return tick <= dev->tl_done;
+}
+
+/* One batch of sw__spill_locked: victims whose copies need no wait, or
+ * one wait before the first.  *more: it stopped at a victim that needs a
+ * wait, to leave it to the next batch. */
+static int spill_batch_locked(sw_device *dev, uint64_t need,
+                              uint64_t *spilled, bool *more)
 {
     sw__assert_locked(dev);
     *spilled = 0;
@@ -410,7 +535,6 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
     sw__buf *victims = NULL, *skipped = NULL, *b;
     uint64_t total = 0;
     int rc = SW_OK;
-    bool ordered = false; /* the copy queue waits for the default queue */
     double t0 = now_seconds();
     sw__bqueue *cq = copy_queue(dev);
     sw__bevent *start = NULL; /* before the first copy, after the wait */
@@ -423,30 +547,37 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
             skipped = b;
             continue;
         }
-        /* Other queues' work on it first (device-side, never blocks). */
+        /* Other queues' work on it first (device-side, never blocks):
+         * the default queue waits for it, and the copy for that wait. */
         if (b->qmask != 0) {
             if ((rc = sw__order_use_locked(dev, b, NULL)) != SW_OK) {
                 b->tmp_next = skipped;
                 skipped = b;
                 break;
             }
-            /* The default queue now waits for that work, but a copy
-             * queue wait made at an earlier victim covers only what the
-             * default queue held then (an event recorded there): wait
-             * again, or this victim's copy out may run before another
-             * queue's work on it has landed (a copy or kernel on a
-             * queue, then a budget spilling its output after another
-             * victim: the host copy missed the result; found by the
-             * soak, test queue_spill_later_victim_waits_for_queue). */
-            ordered = false;
+            b->last_use = ++dev->clock;
         }
-        if (!ordered && dev->copyq != NULL &&
-            (rc = sw__b_queue_wait(dev, cq, dev->q)) != SW_OK) {
+        /* A victim behind a wait ends the batch: the batch's readers
+         * wait for its one event, which would then come after the wait
+         * (a spilled array idle for steps waited for the step before's
+         * kernels). */
+        if (victims != NULL && !cq_covers_locked(dev, b->last_use)) {
+            b->tmp_next = skipped;
+            skipped = b;
+            *more = true;
+            break;
+        }
+        /* The default queue's work on it, and nothing later (the
+         * timeline above).  A copy queue wait made at an earlier victim
+         * may not cover this one: a copy or kernel on a queue, then a
+         * budget spilling its output after another victim, and the host
+         * copy missed the result (found by the soak, test
+         * queue_spill_later_victim_waits_for_queue). */
+        if ((rc = cq_after_locked(dev, b->last_use)) != SW_OK) {
             b->tmp_next = skipped;
             skipped = b;
             break;
         }
-        ordered = true;
         /* A restore's host block still in flight is reused in place: the
          * copy queue is in order, so the copy out follows the copy in. */
         void *host = b->host;
@@ -496,10 +627,15 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
         return rc;
     }
 
+    /* A mark for later spills' victims, used by then (best effort). */
+    if (dev->copyq != NULL)
+        (void)tl_mark_locked(dev);
+
     /* One event for the batch; the default queue waits for it, so the
      * memory can go to the cache now. */
     int wrc = SW_OK;
-    sw__xfer *x = xfer_record_locked(dev, SW__XFER_SPILL, t0, start, &wrc);
+    sw__xfer *x = xfer_record_locked(dev, SW__XFER_SPILL, t0, start, false,
+                                     &wrc);
     sw__buf *done = NULL;
     while ((b = victims) != NULL) {
         victims = b->tmp_next;
@@ -549,6 +685,21 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
     return rc == SW_OK || *spilled > 0 ? SW_OK : rc;
 }
 
+int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
+{
+    uint64_t total = 0;
+    int rc;
+    bool more;
+    do {
+        uint64_t got = 0;
+        more = false;
+        rc = spill_batch_locked(dev, need - total, &got, &more);
+        total += got;
+    } while (rc == SW_OK && more && total < need);
+    *spilled = total;
+    return rc == SW_OK || total > 0 ? SW_OK : rc;
+}
+
 /* ------------------------------------------------------------------------
  * Restoring
  * ---------------------------------------------------------------------- */
@@ -574,9 +725,11 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
     sw__bqueue *cq = copy_queue(dev);
     /* The new memory's earlier users are ordered on the default queue (the
      * cache's rule): the copy in waits for them there. */
-    if (rc == SW_OK && dev->copyq != NULL)
-        rc = sw__b_queue_wait(dev, cq, dev->q);
+    if (rc == SW_OK && dev->copyq != NULL &&
+        (rc = sw__b_queue_wait(dev, cq, dev->q)) == SW_OK)
+        dev->cq_after = dev->clock;
     sw__bevent *start = NULL;
+    bool defer = false;
     if (rc == SW_OK && base->size > 0) {
         start = sw__b_timing_start(dev, cq);
         rc = sw__b_write_q(dev, cq, mem, 0, base->host, base->size);
@@ -587,7 +740,14 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
         start = NULL;
     }
     if (rc == SW_OK) {
-        x = xfer_record_locked(dev, SW__XFER_RESTORE, t0, start, &rc);
+        /* A prefetch's copy overlaps the work queued before its buffer's
+         * next use: the default queue waits for it at that use
+         * (SW__QMASK_RESTORE), not now (the demo's backward pass had each
+         * step's kernels wait for the next step's array).  With a queue
+         * given, that queue waits for it now, and the default queue too,
+         * so that a failure below can give the memory back. */
+        defer = prefetch && q == NULL && dev->copyq != NULL;
+        x = xfer_record_locked(dev, SW__XFER_RESTORE, t0, start, defer, &rc);
         /* A queue other than the default waits for the copy itself. */
         if (x != NULL && q != NULL && rc == SW_OK)
             rc = sw__b_wait_event(dev, q->bq, x->ev);
@@ -618,6 +778,8 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
                   q ? (uint32_t)q->id : 0, prefetch);
         if (x != NULL) {
             xfer_attach_locked(dev, base, x); /* host back when done */
+            if (defer)
+                base->qmask |= SW__QMASK_RESTORE;
         } else {
             sw__host_put_locked(dev, base->host, base->host_size,
                                 base->host_pinned);

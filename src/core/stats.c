@@ -123,7 +123,7 @@ void sw__snapshot_locked(sw_device *dev, sw_buffer_info *out, size_t cap,
         o->views = b->children;
         o->handles = sw__slot_live(&b->h) ? b->user_refs : 0;
         o->last_use = b->last_use;
-        o->queues = b->qmask;
+        o->queues = b->qmask & ~SW__QMASK_RESTORE; /* queues only */
         memcpy(o->tag, b->tag, sizeof o->tag);
     }
     *count = i;

@@ -168,6 +168,59 @@ TEST(inflight_prefetch)
     ASSERT_OK(sw_buffer_free(d));
 }
 
+/* A prefetch's copy in runs beside the default queue's work: that queue
+ * waits for it only at the buffer's next use (SW__QMASK_RESTORE).  Every
+ * next use must still see the data: a kernel on the default queue, a copy
+ * on another queue, a host read; and a free right after must not let the
+ * copy land in the memory's next owner. */
+TEST(inflight_prefetch_next_use_waits)
+{
+    test_require_spill();
+    sw_device *dev = test_device();
+    sw_queue *q = NULL;
+    ASSERT_OK(sw_queue_create(dev, &q));
+    for (int use = 0; use < 4; use++) {
+        sw_buffer *a = patterned(dev, BIG, 10 + (uint32_t)use, "a");
+        sw_buffer *b = spill_by_alloc(dev, BIG, "b");
+        ASSERT_EQ(state_of(a), SW_SPILLED);
+        ASSERT_OK(sw_buffer_free(b));
+        ASSERT_OK(sw_buffer_prefetch(a, NULL));
+        sw_buffer_info bi[4];
+        size_t count = 0;
+        ASSERT_OK(sw_memory_snapshot(dev, bi, 4, &count));
+        for (size_t i = 0; i < count; i++)
+            ASSERT_UEQ(bi[i].queues, 0); /* no queue used it */
+        sw_buffer *d = test_alloc(dev, BIG, "d");
+        switch (use) {
+        case 0: /* the default queue */
+            ASSERT_OK(sw_buffer_copy(d, 0, a, 0, BIG));
+            test_expect_pattern(d, 10);
+            break;
+        case 1: /* another queue, not the one prefetched for */
+            ASSERT_OK(sw_buffer_copy_q(q, d, 0, a, 0, BIG));
+            ASSERT_OK(sw_queue_synchronize(q));
+            test_expect_pattern(d, 11);
+            break;
+        case 2: /* the host */
+            test_expect_pattern(a, 12);
+            break;
+        case 3: { /* freed: its memory's next owner is written at once */
+            ASSERT_OK(sw_buffer_free(a));
+            a = test_alloc(dev, BIG, "next owner");
+            sw_scalar seven = {.f = 7.0};
+            ASSERT_OK(sw_op_fill(a, SW_FLOAT32, BIG / 4, seven));
+            sw_scalar s;
+            ASSERT_OK(sw_op_sum(a, SW_FLOAT32, BIG / 4, &s));
+            ASSERT_DBL_EQ(s.f, 7.0 * (BIG / 4));
+            break;
+        }
+        }
+        ASSERT_OK(sw_buffer_free(a));
+        ASSERT_OK(sw_buffer_free(d));
+    }
+    ASSERT_OK(sw_queue_release(q));
+}
+
 TEST(inflight_copy_fault_keeps_buffer)
 {
     test_require_spill();

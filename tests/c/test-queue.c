@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -270,6 +271,57 @@ TEST(queue_spill_later_victim_waits_for_queue)
         ASSERT_OK(sw_buffer_free(src));
         ASSERT_OK(sw_buffer_free(dst));
     }
+    ASSERT_OK(sw_queue_release(q));
+}
+
+/* A spill's copy waits for the default queue's work on its buffer, not
+ * for everything queued there: with the default queue held up behind
+ * long work on another queue, an array whose last use has completed is
+ * spilled and read back before that work ends, and one whose work is
+ * still held up is spilled intact after it.  (Backends without a copy
+ * queue copy on the default queue: only the data is checked there.) */
+TEST(spill_copy_waits_only_for_its_buffer)
+{
+    test_require_spill();
+    sw_device *dev = test_device();
+    const char *name = sw_device_name(dev);
+    bool copyq = strncmp(name, "hip", 3) != 0 && strncmp(name, "ze", 2) != 0;
+    sw_queue *q = new_queue(dev);
+    sw_buffer *old = test_alloc(dev, NF * 4, "old");
+    sw_buffer *held = test_alloc(dev, NF * 4, "held");
+    sw_buffer *busy = test_alloc(dev, NF * 4, "busy");
+    fill_f32(old, NF, 5.0f);
+    fill_f32(held, NF, 1.0f);
+    fill_f32(busy, NF, 0.0f);
+    ASSERT_OK(sw_device_synchronize(dev));
+    /* Long work on q (~100x the copy of one array), then busy's fill on
+     * the default queue waits for it there, and held's work behind it. */
+    sw_scalar one = {.f = 1.0}, two = {.f = 2.0};
+    for (int i = 0; i < 200; i++)
+        ASSERT_OK(sw_op_scale_q(q, busy, busy, one, SW_FLOAT32, NF));
+    sw_event *long_work = NULL;
+    ASSERT_OK(sw_queue_record_event(q, &long_work));
+    fill_f32(busy, NF, 7.0f);
+    ASSERT_OK(sw_op_scale(held, held, two, SW_FLOAT32, NF));
+    /* old and held are the least recently used: both spill. */
+    sw_memory_info mi = test_info(dev);
+    ASSERT_OK(sw_set_memory_budget(dev, mi.in_use - 2 * (uint64_t)NF * 4));
+    sw_buffer_state st = SW_RESIDENT;
+    ASSERT_OK(sw_buffer_state_get(old, &st));
+    ASSERT_EQ(st, SW_SPILLED);
+    expect_f32(old, NF, 5.0f);
+    int done = 1;
+    ASSERT_OK(sw_event_query(long_work, &done));
+    if (copyq && done)
+        FAIL("the spill of an idle array waited for the default queue's "
+             "unrelated work (or that work took less than one copy)");
+    ASSERT_OK(sw_event_release(long_work));
+    expect_f32(held, NF, 2.0f);
+    expect_f32(busy, NF, 7.0f);
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_OK(sw_buffer_free(old));
+    ASSERT_OK(sw_buffer_free(held));
+    ASSERT_OK(sw_buffer_free(busy));
     ASSERT_OK(sw_queue_release(q));
 }
 

@@ -146,6 +146,9 @@ static bool op_elementwise(fz_engine *e, fz_src *s, sw_kernel k)
                 : sw_op_axpy(alpha, a, o, d, n);
         break;
     }
+    /* A restore may have run them (a callback freeing a donated handle),
+     * before fz_result looks at every allocation's state. */
+    fz_process_callbacks(e);
     if (!fz_result(e, sw_kernel_name(k), rc, ex,
                    nodtype ? SW_ERR_DTYPE : SW_ERR_INVALID_ARG,
                    bad ? &snap : NULL))

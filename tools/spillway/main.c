@@ -69,7 +69,8 @@ static const cli_command commands[] = {
             "                        (default " CLI_STR(DEMO_STEPS_DEFAULT)
             "); as many backward steps follow\n"
             "  --repeat N            run each N times, keep the fastest "
-            "(default 3)\n"
+            "(default 3, up to 9\n"
+            "                        while they take under a second)\n"
             "  --sweep               32, 128 and 512 steps under budgets of "
             "1/2, 1/4 and\n"
             "                        1/8 of the live set, in one table\n"
