@@ -227,6 +227,13 @@ static void reset_state(sw_device *dev)
     dev->spill_seconds = dev->restore_seconds = 0;
     dev->alloc_retries = dev->ooms = dev->gc_runs = 0;
     dev->clock = 0;
+    /* The timeline's clocks are dev->clock's (spill.c): a device opened
+     * again starts it at 0, so a cq_after or tl_done left from before
+     * would cover every use, and a spill's copy waited for nothing (its
+     * host copy missed the work queued before it). */
+    dev->tl_first = dev->tl_len = 0;
+    dev->tl_done = dev->cq_after = 0;
+    dev->reap_since = dev->reap_busy = 0;
     dev->waiting = 0;
     dev->heap_len = 0;
     dev->queues = NULL;

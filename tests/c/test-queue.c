@@ -325,6 +325,49 @@ TEST(spill_copy_waits_only_for_its_buffer)
     ASSERT_OK(sw_queue_release(q));
 }
 
+/* A device closed and opened again starts its clock at 0: what the
+ * timeline knew of the last opening (how far the copy queue already
+ * follows the default queue) must not carry over, or a spill's copy waits
+ * for nothing and misses the work queued before it (found by the fuzz
+ * replays with SPILLWAY_SIM_JITTER: the host copy lacked a fill). */
+TEST(spill_after_reopen_waits_for_queued_work)
+{
+    test_require_spill();
+    const char *spec = test_device_spec();
+    for (int round = 0; round < 2; round++) {
+        sw_device *dev = NULL;
+        ASSERT_OK(sw_device_open(spec, &dev));
+        sw_buffer *work = test_alloc(dev, NF * 4, "work");
+        sw_buffer *x = test_alloc(dev, NF * 4, "x");
+        fill_f32(work, NF, 1.0f);
+        fill_f32(x, NF, 3.0f);
+        ASSERT_OK(sw_device_synchronize(dev));
+        /* The first opening drives the clock far ahead and the copy queue
+         * after it (spills and a restore); the second has a clock far
+         * behind: long work on the default queue, then x filled behind
+         * it and spilled at once (its copy must wait for the fill). */
+        sw_scalar one = {.f = 1.0};
+        int n = round == 0 ? 2000 : 100;
+        for (int i = 0; i < n; i++)
+            ASSERT_OK(sw_op_scale(work, work, one, SW_FLOAT32,
+                                  round == 0 ? 1 : NF));
+        fill_f32(x, NF, 9.0f);
+        /* work the most recently used: x is the victim. */
+        ASSERT_OK(sw_op_scale(work, work, one, SW_FLOAT32, 1));
+        sw_memory_info mi = test_info(dev);
+        ASSERT_OK(sw_set_memory_budget(dev, mi.in_use - (uint64_t)NF * 4));
+        sw_buffer_state st = SW_RESIDENT;
+        ASSERT_OK(sw_buffer_state_get(x, &st));
+        ASSERT_EQ(st, SW_SPILLED);
+        expect_f32(x, NF, 9.0f);
+        ASSERT_OK(sw_set_memory_budget(dev, 0));
+        expect_f32(work, NF, 1.0f);
+        ASSERT_OK(sw_buffer_free(work));
+        ASSERT_OK(sw_buffer_free(x));
+        ASSERT_OK(sw_device_close(dev));
+    }
+}
+
 typedef struct {
     sw_buffer *buf;
     float seen;

@@ -19,7 +19,7 @@
     X(inflight_free)                                                          \
     X(inflight_relaunch_and_spill_again)                                      \
     X(inflight_prefetch)                                                      \
-    X(inflight_prefetch_next_use_waits) \
+    X(inflight_prefetch_next_use_waits)                                       \
     X(inflight_copy_fault_keeps_buffer)                                       \
     X(host_pool_bound)                                                        \
     X(thread_inflight)                                                        \
@@ -33,7 +33,7 @@
     X(hostoom_every_path)                                                     \
     X(hostoom_persistent)                                                     \
     X(hostoom_order_records)                                                  \
-    X(hostoom_spill_keeps_victims_out_of_reach) \
+    X(hostoom_spill_keeps_victims_out_of_reach)                               \
     /* test-errors.c */                                                       \
     X(error_names)                                                            \
     X(error_last_error_per_thread)                                            \
@@ -204,7 +204,8 @@
     X(queue_free_while_queued)                                                \
     X(queue_spill_waits_for_queue)                                            \
     X(queue_spill_later_victim_waits_for_queue) \
-    X(spill_copy_waits_only_for_its_buffer)                               \
+    X(spill_copy_waits_only_for_its_buffer)                                   \
+    X(spill_after_reopen_waits_for_queued_work)                               \
     X(queue_host_task)                                                        \
     X(queue_released_inside_host_task)                                        \
     X(queue_churn_bounded)                                                    \
