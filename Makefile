@@ -146,6 +146,12 @@ ALL_SUITES += fuzz-host 'FUZZ_DEVICES=host:0,sim:0 $(ASAN_ENV) $(FUZZ_RUN) $(FUZ
 ALL_SUITES += fuzz-tsan 'FUZZ_DEVICES=sim:0,sim:1 $(TSAN_ENV) scripts/tsan-exec.sh $(FUZZ_RUN) build-tsan/tests/fuzz/fuzz_spillway_threads_replay $(FUZZ_SEEDS)/threads -seed=1 -runs=40 -max_total_time=$(FUZZ_CI_TIME)'
 ALL_SUITES += fuzz-replay '$(FUZZ_RUN) build/tests/fuzz/fuzz_spillway_replay $(FUZZ_SEEDS)/spillway -seed=1 -runs=50'
 ALL_SUITES += fuzz-replay-mt '$(FUZZ_RUN) build/tests/fuzz/fuzz_spillway_threads_replay $(FUZZ_SEEDS)/threads -seed=1 -runs=10'
+# The same inputs with the sim's workers shaken (SPILLWAY_SIM_JITTER: a
+# random pause before each command, nothing inline): copies and events
+# finish late, in orders the usual timing never shows.  A timeline bug
+# that survived every plain replay here failed this at once.
+ALL_SUITES += fuzz-jitter 'SPILLWAY_SIM_JITTER=50 $(FUZZ_RUN) build/tests/fuzz/fuzz_spillway_replay $(FUZZ_SEEDS)/spillway -seed=2 -runs=50'
+ALL_SUITES += fuzz-jitter-mt 'SPILLWAY_SIM_JITTER=50 FUZZ_DEVICES=sim:0,sim:1 $(FUZZ_RUN) build/tests/fuzz/fuzz_spillway_threads_replay $(FUZZ_SEEDS)/threads -seed=2 -runs=20'
 # The soak (tests/soak), briefly: `make soak DURATION=10m` runs it longer.
 # Here with every small command through the sim's workers (its buffers
 # are small: inline, most would run on the caller), so that its threads'
