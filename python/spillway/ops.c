@@ -111,12 +111,21 @@ again:
     rc = sw_py_manager_wait_foreign_nogil(m);
     if (rc == SW_OK)
         rc = op_submit(q, op);
+    int done = 0;
     if (rc == SW_OK) {
         sw_event *ev = NULL, *ht = NULL;
         rc = sw_queue_record_event(q, &ev);
-        if (rc == SW_OK && (rc = sw_py_pytask_submit(q, t, &ht)) == SW_OK)
+        /* Complete already (small work on an idle queue runs at once):
+         * nothing to keep alive or to order after, so no host task --
+         * whose runner thread then took the GIL to drop the references,
+         * a GIL hand-off per operation (the cost of a new queue's first
+         * op from Python).  t is freed below, with the GIL. */
+        if (rc == SW_OK && (sw_event_query(ev, &done) != SW_OK || !done))
+            done = 0;
+        if (rc == SW_OK && !done &&
+            (rc = sw_py_pytask_submit(q, t, &ht)) == SW_OK)
             queued = 1;
-        if (rc == SW_OK) {
+        if (rc == SW_OK && !done) {
             pthread_mutex_lock(&m->mu);
             rc = sw_py_manager_add_locked(m, ev, 0, 1);
             if (rc == SW_OK)
