@@ -37,7 +37,7 @@
  * there, then aborts.  Freed memory is poisoned with 0xDB.
  *
  * Configuration: SPILLWAY_SIM_MEMORY (capacity per device, default 1G) and
- * SPILLWAY_SIM_DEVICES (count, default 1, at most 64)
+ * SPILLWAY_SIM_DEVICES (count, default 1, at most 64).
  *
  * SPILLWAY_SIM_JITTER=N (microseconds, default 0) makes a worker pause a
  * random 0..N us before each command it runs, and small work is then

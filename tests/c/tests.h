@@ -203,7 +203,7 @@
     X(queue_small_work_waits_for_big)                                         \
     X(queue_free_while_queued)                                                \
     X(queue_spill_waits_for_queue)                                            \
-    X(queue_spill_later_victim_waits_for_queue) \
+    X(queue_spill_later_victim_waits_for_queue)                               \
     X(spill_copy_waits_only_for_its_buffer)                                   \
     X(spill_after_reopen_waits_for_queued_work)                               \
     X(queue_host_task)                                                        \
