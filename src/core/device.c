@@ -218,40 +218,13 @@ static int parse_spec(const char *spec, size_t *backend, int *index)
     return rc;
 }
 
+/* A new opening's state: everything from `b` on (internal.h), zeroed
+ * whole.  Closing gave back what the last opening held. */
 static void reset_state(sw_device *dev)
 {
-    dev->in_use = dev->peak = dev->cached = dev->spilled = dev->budget = 0;
-    dev->peak_reserved = 0;
-    dev->allocs = dev->frees = dev->spills = dev->restores = 0;
-    dev->spilled_bytes_total = dev->restored_bytes_total = 0;
-    dev->spill_seconds = dev->restore_seconds = 0;
-    dev->alloc_retries = dev->ooms = dev->gc_runs = 0;
-    dev->clock = 0;
-    /* The timeline's clocks are dev->clock's (spill.c): a device opened
-     * again starts it at 0, so a cq_after or tl_done left from before
-     * would cover every use, and a spill's copy waited for nothing (its
-     * host copy missed the work queued before it). */
-    dev->tl_first = dev->tl_len = 0;
-    dev->tl_done = dev->cq_after = 0;
-    dev->reap_since = dev->reap_busy = 0;
-    dev->waiting = 0;
-    dev->heap_len = 0;
-    dev->queues = NULL;
-    dev->live_queues = 0;
-    dev->dying_queues = 0;
-    dev->counters_epoch = 0;
-    dev->qids = 0;
-    dev->heap_bytes = 0;
-    memset(dev->callbacks, 0, sizeof dev->callbacks);
-    dev->live = NULL;
-    dev->live_count = 0;
-    dev->parked = NULL;
-    dev->parked_count = 0;
-    dev->scope_first = dev->scope_last = NULL;
+    char *first = (char *)&dev->b;
+    memset(first, 0, (size_t)((char *)(dev + 1) - first));
     sw__cache_init(&dev->cache);
-    memset(dev->fault, 0, sizeof dev->fault);
-    dev->scratch = 0;
-    dev->scratch_used = 0;
 }
 
 /* Under the registry lock. */

@@ -322,6 +322,16 @@ struct sw_device {
     int index;
     char name[32];
     int refs; /* opens; under the registry lock */
+    pthread_cond_t moved; /* a spill or restore finished */
+
+    /* Everything from here to the end belongs to one opening:
+     * sw_device_close gives back what it holds, and an opening zeroes it
+     * whole (device.c, reset_state), so that no field outlives its
+     * opening.  Reset one by one, a forgotten field did: the timeline's
+     * cq_after, kept across a reopening that set the clock back to 0,
+     * covered every later use, and spills copied before the work they
+     * had to wait for.  A field that must outlive an opening goes above.
+     */
 
     /* Set while open; NULL when closed. */
     sw__bdev *b;
@@ -344,7 +354,6 @@ struct sw_device {
     sw__buf **heap;
     size_t heap_len, heap_cap;
     uint64_t heap_bytes; /* their alloc sizes: what could be spilled */
-    pthread_cond_t moved; /* a spill or restore finished */
     /* The host staging pool (hostpool.c). */
     sw__hostpool hpool;
     /* The backend's copy queue, or NULL (copies go on q). */
