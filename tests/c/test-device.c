@@ -138,6 +138,88 @@ TEST(device_open_refcount)
     ASSERT_OK(sw_buffer_free(live));
 }
 
+static int reopen_calls;
+static int reopen_cb(sw_device *dev, sw_pressure *p, size_t bytes, void *user)
+{
+    (void)dev, (void)p, (void)bytes, (void)user;
+    reopen_calls++;
+    return 0;
+}
+
+/* Nothing of one opening outlives it: counters, budget, callbacks, an
+ * armed fault, the memory history, the host pool.  (The device keeps
+ * each opening's state in one block zeroed at the next opening; a field
+ * once reset by hand and forgotten, the timeline's, let spills copy too
+ * early after a reopening: spill_after_reopen_waits_for_queued_work.) */
+TEST(device_reopen_forgets_the_last_opening)
+{
+    test_require_spill();
+    const char *spec = test_device_spec();
+    sw_device *dev = NULL;
+    ASSERT_OK(sw_device_open(spec, &dev));
+    int id = -1;
+    ASSERT_OK(sw_add_pressure_callback(dev, reopen_cb, NULL, &id));
+    ASSERT_OK(sw_set_memory_budget(dev, 2u << 20));
+    sw_buffer *b[4];
+    for (int i = 0; i < 4; i++) {
+        b[i] = test_alloc(dev, 1u << 20, "first-opening");
+        test_write_pattern(b[i], 30 + (uint32_t)i);
+    }
+    for (int i = 0; i < 4; i++) { /* device use: spilled ones come back */
+        test_pin(b[i]);
+        test_unpin(b[i]);
+        test_expect_pattern(b[i], 30 + (uint32_t)i);
+    }
+    ASSERT_OK(sw_trace_start(dev, NULL));
+    for (int i = 0; i < 4; i++)
+        ASSERT_OK(sw_buffer_free(b[i]));
+    sw_memory_info before = test_info_synced(dev);
+    ASSERT_TRUE(before.spills > 0);
+    ASSERT_TRUE(before.restores > 0);
+    ASSERT_TRUE(before.host_pool > 0);
+    ASSERT_OK(sw_inject_fault(dev, SW_FAULT_ALLOC, 1, 1));
+    ASSERT_OK(sw_device_close(dev));
+
+    sw_device *again = NULL;
+    ASSERT_OK(sw_device_open(spec, &again));
+    ASSERT_PTR_EQ(again, dev);
+    sw_memory_info re = test_info_synced(again);
+    ASSERT_UEQ(re.in_use, 0);
+    ASSERT_UEQ(re.cached, 0);
+    ASSERT_UEQ(re.spilled, 0);
+    ASSERT_UEQ(re.budget, 0);
+    ASSERT_UEQ(re.allocs, 0);
+    ASSERT_UEQ(re.frees, 0);
+    ASSERT_UEQ(re.spills, 0);
+    ASSERT_UEQ(re.restores, 0);
+    ASSERT_UEQ(re.spilled_bytes_total, 0);
+    ASSERT_UEQ(re.restored_bytes_total, 0);
+    ASSERT_TRUE(re.spill_seconds == 0 && re.restore_seconds == 0);
+    ASSERT_UEQ(re.alloc_retries, 0);
+    ASSERT_UEQ(re.ooms, 0);
+    ASSERT_UEQ(re.gc_runs, 0);
+    ASSERT_UEQ(re.peak, 0);
+    ASSERT_UEQ(re.peak_reserved, 0);
+    ASSERT_UEQ(re.live_buffers, 0);
+    ASSERT_UEQ(re.host_pool, 0);
+    /* No history is being recorded: never started in this opening. */
+    ASSERT_ERR(sw_trace_stop(again), SW_ERR_INVALID_ARG);
+    /* The persistent fault is gone: allocations succeed. */
+    sw_buffer *c = test_alloc(again, 1u << 20, "second-opening");
+    test_write_pattern(c, 40);
+    /* The callback is gone: an allocation that fails once (injected)
+     * goes down the ladder without calling it, and succeeds on retry. */
+    ASSERT_OK(sw_inject_fault(again, SW_FAULT_ALLOC, 1, 0));
+    sw_buffer *d = test_alloc(again, 1u << 20, "after-fault");
+    ASSERT_UEQ(reopen_calls, 0);
+    ASSERT_TRUE(test_info(again).alloc_retries > 0);
+    test_expect_pattern(c, 40);
+    ASSERT_OK(sw_buffer_free(c));
+    ASSERT_OK(sw_buffer_free(d));
+    ASSERT_ERR(sw_remove_pressure_callback(again, id), SW_ERR_INVALID_ARG);
+    ASSERT_OK(sw_device_close(again));
+}
+
 TEST(device_open_default)
 {
     test_require_sim();

@@ -52,6 +52,7 @@
     /* test-device.c */                                                       \
     X(device_count_and_specs)                                                 \
     X(device_open_refcount)                                                   \
+    X(device_reopen_forgets_the_last_opening)                                 \
     X(device_open_default)                                                    \
     X(device_open_default_env)                                                \
     X(device_bad_specs)                                                       \
