@@ -224,6 +224,11 @@ typedef struct sw_memory_info {
     /* Counters since the device was opened. */
     uint64_t allocs, frees, spills, restores;
     uint64_t spilled_bytes_total, restored_bytes_total;
+    /* Time the copies out and in took: the device's own time where the
+     * backend times them (sim, OpenCL's copy queue, CUDA's copy stream);
+     * elsewhere from enqueue until the core noticed them done, counted
+     * once where batches overlapped (so never more than the time passed,
+     * though it includes a batch's wait behind earlier work). */
     double spill_seconds, restore_seconds;
     uint64_t alloc_retries; /* allocation attempts repeated after a failure */
     uint64_t ooms;          /* allocations that failed for good */

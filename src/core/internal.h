@@ -364,6 +364,8 @@ struct sw_device {
      * copy queue superseded theirs) before their end was noticed: their
      * time still counts, once they complete (spill.c). */
     sw__xfer *xfer_orphans;
+    /* Host-timed copies (no event_elapsed) are counted up to here. */
+    double xfer_host_until;
     /* The default queue's timeline (spill.c): events recorded on it, oldest
      * first, each with dev->clock when it was recorded.  Uses of a buffer
      * are queued before its last_use is set at unpin, so a mark with clock

@@ -207,6 +207,7 @@
     X(queue_spill_later_victim_waits_for_queue)                               \
     X(spill_copy_waits_only_for_its_buffer)                                   \
     X(spill_after_reopen_waits_for_queued_work)                               \
+    X(copy_seconds_within_wall_time)                                          \
     X(queue_host_task)                                                        \
     X(queue_released_inside_host_task)                                        \
     X(queue_churn_bounded)                                                    \
