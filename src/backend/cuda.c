@@ -84,7 +84,9 @@
  *    and cuStreamSynchronize).  Blocking-sync events slow cuStreamWaitEvent
  *    down, hence the pair.  Every host wait, synchronize and queue destroy
  *    included, is record-then-wait on a blocking-sync event; nothing calls
- *    cuStreamSynchronize.
+ *    cuStreamSynchronize.  On the copy stream a third, timing event is
+ *    recorded with them, for event_elapsed (cuEventElapsedTime_v2, CUDA
+ *    12.8 drivers on; without it the core times copies on the host).
  *  - Without NVRTC (a driver-only machine) the built-in kernels are
  *    unavailable (launches say why, SW_ERR_UNSUPPORTED), but fills still
  *    work: the driver's memsets where the pattern allows, else the pattern
@@ -557,6 +559,11 @@ struct sw__bevent {
     swcu_event ev;  /* without timing: queries, cuStreamWaitEvent */
     swcu_event hev; /* CU_EVENT_BLOCKING_SYNC: host waits; NULL in an
                      * event for device-side joins only */
+    /* A timing event (flags 0), recorded with the others on the copy
+     * stream only, for event_elapsed: a spill's or restore's own time on
+     * the device.  Made at the first such record, kept when recycled. */
+    swcu_event tev;
+    int timed; /* tev was recorded with this record */
     sw__bevent *next; /* in dev->ev_free or dev->jev_free */
 };
 
@@ -654,6 +661,8 @@ static void cuda__unref(sw__bdev *d)
                 (void)CU(cuEventDestroy_v2)(e->ev);
                 if (e->hev != NULL)
                     (void)CU(cuEventDestroy_v2)(e->hev);
+                if (e->tev != NULL)
+                    (void)CU(cuEventDestroy_v2)(e->tev);
             }
             sw__free(e);
         }
@@ -681,6 +690,7 @@ static int cuda__event_new(sw__bdev *d, int host, sw__bevent **out)
             return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: no host memory for "
                               "an event", d->index);
         e->hev = NULL;
+        e->tev = NULL;
         swcu_result r = CU(cuEventCreate)(&e->ev, SWCU_CU_EVENT_DISABLE_TIMING);
         if (r == SWCU_CUDA_SUCCESS && host) {
             r = CU(cuEventCreate)(&e->hev, SWCU_CU_EVENT_DISABLE_TIMING |
@@ -695,6 +705,7 @@ static int cuda__event_new(sw__bdev *d, int host, sw__bevent **out)
         e->dev = d;
     }
     e->next = NULL;
+    e->timed = 0;
     cuda__ref(d);
     *out = e;
     return SW_OK;
@@ -1843,6 +1854,13 @@ static int cuda_event_record(sw__bqueue *q, sw__bevent **out)
             cuda__event_put(e);
             rc = cuda__fail(d->index, r, "cuEventRecord", NULL);
         } else {
+            /* On the copy stream, timed too (best effort: untimed, the
+             * core times the copies on the host). */
+            if (q == &d->cq && CU(cuEventElapsedTime_v2) != NULL &&
+                (e->tev != NULL ||
+                 CU(cuEventCreate)(&e->tev, 0) == SWCU_CUDA_SUCCESS))
+                e->timed = CU(cuEventRecord)(e->tev, q->stream) ==
+                           SWCU_CUDA_SUCCESS;
             *out = e;
         }
     }
@@ -1884,6 +1902,29 @@ static int cuda_event_wait(sw__bevent *e)
     return r == SWCU_CUDA_SUCCESS
                ? SW_OK
                : cuda__fail(d->index, r, "cuEventSynchronize", NULL);
+}
+
+/* Between two records of the copy stream (in order, so what ran between
+ * them ran in that time; resolution ~0.5 us).  Never blocks: both are
+ * complete when the core asks. */
+static int cuda_event_elapsed(sw__bevent *from, sw__bevent *to,
+                              double *seconds)
+{
+    sw__bdev *d = to->dev;
+    if (!from->timed || !to->timed)
+        return sw__errorf(SW_ERR_UNSUPPORTED, "cuda:%d: elapsed time only "
+                          "between the copy stream's events", d->index);
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc != SW_OK)
+        return rc;
+    float ms = 0;
+    swcu_result r = CU(cuEventElapsedTime_v2)(&ms, from->tev, to->tev);
+    cuda__leave(&s);
+    if (r != SWCU_CUDA_SUCCESS) /* not complete, or a sticky error */
+        return cuda__fail(d->index, r, "cuEventElapsedTime", NULL);
+    *seconds = ms > 0 ? (double)ms * 1e-3 : 0;
+    return SW_OK;
 }
 
 static void cuda_event_release(sw__bevent *e)
@@ -2046,6 +2087,7 @@ const sw__backend_ops sw__cuda_backend = {
     .event_query = cuda_event_query,
     .event_wait = cuda_event_wait,
     .event_release = cuda_event_release,
+    .event_elapsed = cuda_event_elapsed,
     .synchronize = cuda_synchronize,
     .wait_event = cuda_wait_event,
     .copy_queue = cuda_copy_queue,

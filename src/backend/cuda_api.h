@@ -214,6 +214,8 @@ enum {
     X(1, cuEventQuery, cuEventQuery, (swcu_event event))                      \
     X(1, cuEventSynchronize, cuEventSynchronize, (swcu_event event))          \
     X(1, cuEventDestroy, cuEventDestroy_v2, (swcu_event event))               \
+    X(0, cuEventElapsedTime, cuEventElapsedTime_v2,                           \
+      (float *ms, swcu_event start, swcu_event end))                          \
     X(1, cuModuleLoadData, cuModuleLoadData,                                  \
       (swcu_module *module, const void *image))                               \
     X(1, cuModuleUnload, cuModuleUnload, (swcu_module module))                \

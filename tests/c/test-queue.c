@@ -408,6 +408,49 @@ TEST(copy_seconds_within_wall_time)
     }
 }
 
+/* Where the device times copies (the sim; OpenCL's copy queue; CUDA's
+ * copy stream, timing events), spill_seconds is the copy's own time, not
+ * its wait behind the work it follows: x's last use sits behind long work,
+ * and its spill's 4 MiB copy counts far less than that work's time. */
+TEST(copy_seconds_exclude_the_wait)
+{
+    test_require_spill();
+    const char *name = test_device_spec();
+    const char *ocq = getenv("SPILLWAY_OPENCL_COPY_QUEUE");
+    if (strncmp(name, "sim", 3) != 0 && strncmp(name, "cuda", 4) != 0 &&
+        (strncmp(name, "opencl", 6) != 0 || (ocq && strcmp(ocq, "0") == 0)))
+        SKIP("%s times its copies on the host", name);
+    sw_device *dev = test_device();
+    sw_buffer *w = test_alloc(dev, NF * 4, "work");
+    sw_buffer *x = test_alloc(dev, NF * 4, "x");
+    fill_f32(w, NF, 1.0f);
+    fill_f32(x, NF, 1.0f);
+    ASSERT_OK(sw_device_synchronize(dev));
+    ASSERT_OK(sw_reset_counters(dev));
+    sw_scalar one = {.f = 1.0}, two = {.f = 2.0};
+    double t0 = test_now();
+    for (int i = 0; i < 300; i++)
+        ASSERT_OK(sw_op_scale(w, w, one, SW_FLOAT32, NF));
+    ASSERT_OK(sw_op_scale(x, x, two, SW_FLOAT32, NF)); /* behind them */
+    ASSERT_OK(sw_op_scale(w, w, one, SW_FLOAT32, 1));  /* x the LRU */
+    sw_memory_info mi = test_info(dev);
+    ASSERT_OK(sw_set_memory_budget(dev, mi.in_use - (uint64_t)NF * 4));
+    sw_buffer_state st = SW_RESIDENT;
+    ASSERT_OK(sw_buffer_state_get(x, &st));
+    ASSERT_EQ(st, SW_SPILLED);
+    ASSERT_OK(sw_device_synchronize(dev));
+    mi = test_info(dev);
+    double wall = test_now() - t0;
+    ASSERT_UEQ(mi.spills, 1);
+    if (!(mi.spill_seconds > 0 && mi.spill_seconds < wall / 4))
+        FAIL("the spill counted %.4f s of a %.4f s wait and copy",
+             mi.spill_seconds, wall);
+    expect_f32(x, NF, 2.0f);
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_OK(sw_buffer_free(w));
+    ASSERT_OK(sw_buffer_free(x));
+}
+
 typedef struct {
     sw_buffer *buf;
     float seen;

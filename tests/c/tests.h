@@ -208,6 +208,7 @@
     X(spill_copy_waits_only_for_its_buffer)                                   \
     X(spill_after_reopen_waits_for_queued_work)                               \
     X(copy_seconds_within_wall_time)                                          \
+    X(copy_seconds_exclude_the_wait)                                          \
     X(queue_host_task)                                                        \
     X(queue_released_inside_host_task)                                        \
     X(queue_churn_bounded)                                                    \

@@ -98,6 +98,10 @@ struct CUevent_st {
     unsigned long long *pending;
     int npending, cappending;
     int refs; /* the handle and every queued record or wait (under qmu) */
+    /* A timing event (created without CU_EVENT_DISABLE_TIMING): when its
+     * record tgen completed, on CLOCK_MONOTONIC (cuEventElapsedTime). */
+    double t;
+    unsigned long long tgen;
 };
 struct CUfunc_st {
     unsigned magic;
@@ -693,8 +697,20 @@ static int record_pending(struct CUevent_st *e, unsigned long long g)
     return 0;
 }
 
+/* Under qmu: record g of a timing event completes now. */
+static void record_stamp(struct CUevent_st *e, unsigned long long g)
+{
+    if (e->flags & SWCU_CU_EVENT_DISABLE_TIMING)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->t = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    e->tgen = g;
+}
+
 static void record_complete(struct CUevent_st *e, unsigned long long g)
 {
+    record_stamp(e, g);
     for (int i = 0; i < e->npending; i++)
         if (e->pending[i] == g) {
             e->pending[i] = e->pending[--e->npending];
@@ -1127,11 +1143,14 @@ swcu_result cuEventCreate(swcu_event *event, unsigned int flags)
     swcu_result r = need_ctx("cuEventCreate");
     if (r)
         return r;
-    if ((flags & SWCU_CU_EVENT_DISABLE_TIMING) == 0 ||
-        (flags & ~(unsigned)(SWCU_CU_EVENT_DISABLE_TIMING |
-                             SWCU_CU_EVENT_BLOCKING_SYNC)) != 0)
+    /* spillway's events do not time, but for the plain timing events
+     * (flags 0) of its copy stream. */
+    if (flags != 0 &&
+        ((flags & SWCU_CU_EVENT_DISABLE_TIMING) == 0 ||
+         (flags & ~(unsigned)(SWCU_CU_EVENT_DISABLE_TIMING |
+                              SWCU_CU_EVENT_BLOCKING_SYNC)) != 0))
         return fail(SWCU_CUDA_ERROR_INVALID_VALUE, "%s: spillway's events "
-                    "do not time", "cuEventCreate");
+                    "either time (flags 0) or do not", "cuEventCreate");
     struct CUevent_st *e = calloc(1, sizeof *e);
     if (e == NULL)
         return SWCU_CUDA_ERROR_OUT_OF_MEMORY;
@@ -1162,6 +1181,7 @@ swcu_result cuEventRecord(swcu_event event, swcu_stream stream)
     if (s->head == NULL) {
         /* Nothing queued before it: complete at once, as on a GPU, whose
          * idle stream passes a record straight away. */
+        record_stamp(event, o->gen);
         pthread_cond_broadcast(&qcv);
         pthread_mutex_unlock(&qmu);
         free(o);
@@ -1191,6 +1211,35 @@ swcu_result cuEventQuery(swcu_event event)
     if (sticky)
         return sticky;
     return done ? SWCU_CUDA_SUCCESS : SWCU_CUDA_ERROR_NOT_READY;
+}
+
+/* As the driver: both timing events, both latest records complete (else
+ * CUDA_ERROR_NOT_READY), milliseconds between them. */
+swcu_result cuEventElapsedTime_v2(float *ms, swcu_event start,
+                                  swcu_event end)
+{
+    swcu_result r = event_ok(start, "cuEventElapsedTime");
+    if (r == SWCU_CUDA_SUCCESS)
+        r = event_ok(end, "cuEventElapsedTime");
+    if (r)
+        return r;
+    if (ms == NULL)
+        return fail(SWCU_CUDA_ERROR_INVALID_VALUE, "%s: ms is NULL",
+                    "cuEventElapsedTime");
+    if ((start->flags | end->flags) & SWCU_CU_EVENT_DISABLE_TIMING)
+        return fail(SWCU_CUDA_ERROR_INVALID_HANDLE, "%s: an event "
+                    "created with CU_EVENT_DISABLE_TIMING",
+                    "cuEventElapsedTime");
+    pthread_mutex_lock(&qmu);
+    int ready = start->gen != 0 && end->gen != 0 &&
+                start->tgen == start->gen && end->tgen == end->gen &&
+                record_done(start, start->gen) && record_done(end, end->gen);
+    double dt = end->t - start->t;
+    pthread_mutex_unlock(&qmu);
+    if (!ready)
+        return SWCU_CUDA_ERROR_NOT_READY;
+    *ms = (float)(dt * 1e3);
+    return sticky;
 }
 
 swcu_result cuEventSynchronize(swcu_event event)
