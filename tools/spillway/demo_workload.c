@@ -312,13 +312,15 @@ int demo_run_pipeline(demo_pipeline *p, demo_run *r, demo_step_fn on_step,
     return hash_outputs(p, r);
 }
 
-/* The first touch of device memory (page faults in the simulated device's
- * arena, lazy mappings in drivers) would otherwise be charged to the first
- * run alone and understate the slowdown of a run under a budget. */
-int demo_warm_up(demo_pipeline *p)
+/* Allocate and fill arrays up to `budget` bytes (0: the whole live set),
+ * then free them: the cache keeps them, their memory touched. */
+int demo_prewarm(demo_pipeline *p, uint64_t budget)
 {
     sw_scalar zero = {.f = 0.0};
-    for (size_t k = 0; k <= p->steps; k++) {
+    size_t n = p->steps + 1;
+    if (budget != 0 && budget / p->bytes < n)
+        n = (size_t)(budget / p->bytes);
+    for (size_t k = 0; k < n; k++) {
         sw_buffer **b = k < p->steps ? &p->x[k] : &p->acc;
         int err = alloc_array(p, "demo/warm-up", b);
         if (err != SW_OK)
@@ -326,6 +328,18 @@ int demo_warm_up(demo_pipeline *p)
         DEMO_TRY_OR_RETURN(p, sw_op_fill(*b, SW_FLOAT32, p->n, zero));
     }
     demo_free_arrays(p);
+    DEMO_TRY_OR_RETURN(p, sw_device_synchronize(p->dev));
+    return 0;
+}
+
+/* The first touch of device memory (page faults in the simulated device's
+ * arena, lazy mappings in drivers) would otherwise be charged to the first
+ * run alone and understate the slowdown of a run under a budget. */
+int demo_warm_up(demo_pipeline *p)
+{
+    int err = demo_prewarm(p, 0);
+    if (err != SW_OK)
+        return err;
     DEMO_TRY_OR_RETURN(p, sw_empty_cache(p->dev));
     DEMO_TRY_OR_RETURN(p, sw_device_synchronize(p->dev));
     return 0;
