@@ -1857,8 +1857,12 @@ static int cuda_event_record(sw__bqueue *q, sw__bevent **out)
             /* On the copy stream, timed too (best effort: untimed, the
              * core times the copies on the host). */
             if (q == &d->cq && CU(cuEventElapsedTime_v2) != NULL &&
-                (e->tev != NULL ||
-                 CU(cuEventCreate)(&e->tev, 0) == SWCU_CUDA_SUCCESS))
+                e->tev == NULL) {
+                swcu_event t = NULL;
+                if (CU(cuEventCreate)(&t, 0) == SWCU_CUDA_SUCCESS)
+                    e->tev = t;
+            }
+            if (q == &d->cq && e->tev != NULL)
                 e->timed = CU(cuEventRecord)(e->tev, q->stream) ==
                            SWCU_CUDA_SUCCESS;
             *out = e;
