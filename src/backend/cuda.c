@@ -1410,9 +1410,12 @@ static int cuda__fill_memset(sw__bqueue *q, swcu_deviceptr p, size_t n,
     uint32_t w[4] = {0, 0, 0, 0};
     if (psize == 2)
         memcpy(&v16, pat, 2);
-    if (psize >= 4)
+    /* Elements are at most 16 bytes (complex128); a longer pattern would
+     * not fit w and goes to the kernel. */
+    int words = psize >= 4 && psize <= sizeof w;
+    if (words)
         memcpy(w, pat, psize);
-    int words_equal = psize >= 4;
+    int words_equal = words;
     for (size_t i = 1; i < psize / 4; i++)
         words_equal &= w[i] == w[0];
     swcu_result r;
