@@ -348,3 +348,20 @@ def test_demo_trace(tmp_path):
     p = run("demo", "--trace", str(tmp_path / "no" / "such" / "dir"))
     assert p.returncode == 2 and "cannot make" in p.stderr, p.stderr
     usage_error(run("demo", "--repeat", "0"), "--repeat")
+
+
+SOAK = BUILD / "tests" / "soak" / "spillway-soak"
+
+
+@pytest.mark.parametrize("args, rc", [(["--help"], 0), (["-h"], 0),
+                                      (["--device"], 2), (["--bogus", "1"], 2)])
+def test_soak_usage(args, rc):
+    """The soak answers --help and refuses a lone or unknown option at once
+    (a lone --help used to start a 60 s soak)."""
+    if not SOAK.exists():
+        pytest.skip(f"no {SOAK}")
+    p = subprocess.run([str(SOAK), *args], capture_output=True, text=True,
+                       timeout=20)
+    assert p.returncode == rc, p.stderr
+    out = p.stdout if rc == 0 else p.stderr
+    assert "usage:" in out and "--duration" in out

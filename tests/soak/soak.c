@@ -300,7 +300,21 @@ int main(int argc, char **argv)
     const char *seed_s = getenv("SOAK_SEED");
     const char *faults_s = getenv("SOAK_FAULTS");
     double epoch = 2.0;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    static const char usage[] =
+        "usage: %s [--duration 10m] [--device sim:0] [--threads 4] "
+        "[--seed N] [--epoch S] [--faults 1] [--trace EVENTS]\n";
+    /* Every option takes a value: a lone or unknown one is a usage error
+     * (a lone --help used to start a 60 s soak). */
+    for (int i = 1; i < argc; i += 2) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf(usage, argv[0]);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "soak: %s needs a value\n", argv[i]);
+            fprintf(stderr, usage, argv[0]);
+            return 2;
+        }
         if (strcmp(argv[i], "--duration") == 0)
             dur = argv[i + 1];
         else if (strcmp(argv[i], "--device") == 0)
@@ -316,10 +330,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--trace") == 0)
             trace_events = (size_t)strtoull(argv[i + 1], NULL, 10);
         else {
-            fprintf(stderr, "usage: %s [--duration 10m] [--device sim:0] "
-                    "[--threads 4] [--seed N] [--epoch S] [--faults 1] "
-                    "[--trace EVENTS]\n",
-                    argv[0]);
+            fprintf(stderr, usage, argv[0]);
             return 2;
         }
     }
