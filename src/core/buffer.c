@@ -586,15 +586,21 @@ SW_API int sw_buffer_prefetch(sw_buffer *h, sw_queue *qh)
         return rc;
     }
     sw__buf *base = buf->base;
-    if (base->state == SW_SPILLED && !base->moving) {
-        base->pins++;
+    /* A move in progress ends first: a buffer being spilled is still
+     * SW_RESIDENT while its copy out runs without the lock, and ordering
+     * q after it then marked q as ordered on a buffer about to leave the
+     * device, so that q's first use after its restore skipped the wait
+     * for the copy in (test prefetch_during_spill_orders_queue). */
+    base->pins++;
+    sw__wait_stable_locked(dev, base);
+    if (base->state == SW_SPILLED) {
         rc = sw__restore_locked(dev, base, q, true);
-        sw__unpin_locked(dev, base);
-    } else if (q != NULL && base->state == SW_RESIDENT) {
+    } else if (q != NULL) {
         /* Already there (or on its way): q is ordered after it as any
          * first use on q is. */
         rc = sw__order_use_locked(dev, base, q);
     }
+    sw__unpin_locked(dev, base);
     sw__unlock(dev);
     return rc;
 }

@@ -620,6 +620,15 @@ static int spill_batch_locked(sw_device *dev, uint64_t need,
         b->host = host;
         b->host_size = hsize;
         b->host_pinned = pinned;
+        /* Its restore's copy in is before this copy out on the copy
+         * queue: its end is this spill's concern from now on, and the
+         * host block stays (it is the copy out's target).  Taken off now,
+         * before xfer_record_locked may let the lock go: a poll finding
+         * the restore done meanwhile gave the block back to the pool
+         * under the copy out, and the buffer ended spilled without a host
+         * copy (test spill_of_restoring_buffer_keeps_host_copy). */
+        if (b->xfer != NULL)
+            xfer_supersede_locked(dev, b);
         /* Moving until its batch ends: xfer_record_locked may wait for
          * the copies without the lock, and meanwhile another thread must
          * not write it (into device memory about to be given up), free it
@@ -654,12 +663,6 @@ static int spill_batch_locked(sw_device *dev, uint64_t need,
         b->moving = false;
         b->tmp_next = done;
         done = b;
-        if (b->xfer != NULL) {
-            /* Its restore's copy in is before this copy out on the copy
-             * queue: its end is this xfer's concern now, and the host
-             * block stays (it is the copy out's target). */
-            xfer_supersede_locked(dev, b);
-        }
         if (x == NULL && wrc != SW_OK) {
             /* The copies were waited for and one failed: the buffers stay
              * resident and intact (their memory was never given up). */
@@ -765,13 +768,27 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
             rc = sw__b_wait_event(dev, q->bq, x->ev);
     }
     if (rc != SW_OK) {
-        /* The host copy is kept: nothing is lost. */
-        if (mem != 0)
-            sw__cache_put_locked(dev, mem, base->alloc_size);
+        /* The host copy is kept: nothing is lost.  A copy in already
+         * queued (only q's wait for it failed) still reads it: it must end
+         * before the buffer's record of it goes, or a free of the buffer
+         * could give the host block back under the copy.  Waited for
+         * without the lock, the buffer moving meanwhile, as
+         * xfer_record_locked's own fallback does; its memory was never
+         * the buffer's, and the default queue waits for the copy before
+         * the cache hands it out again. */
         if (x != NULL) {
+            const sw__backend_ops *ops = dev->ops;
+            sw__bevent *ev = x->ev;
+            dev->waiting++;
+            sw__unlock(dev);
+            (void)sw__b_event_wait(ops, ev);
+            sw__lock(dev);
+            dev->waiting--;
             x->refs = 1;
             xfer_unref_locked(dev, x);
         }
+        if (mem != 0)
+            sw__cache_put_locked(dev, mem, base->alloc_size);
     } else {
         /* A spill still in flight is before this copy on the copy queue:
          * its end is this xfer's concern now. */

@@ -21,8 +21,10 @@
     X(inflight_prefetch)                                                      \
     X(inflight_prefetch_next_use_waits)                                       \
     X(inflight_copy_fault_keeps_buffer)                                       \
+    X(inflight_prefetch_queue_wait_fails)                                     \
     X(host_pool_bound)                                                        \
     X(thread_inflight)                                                        \
+    X(thread_spill_of_restoring_buffer)                                       \
     /* test-trace.c */                                                        \
     X(trace_every_kind_replays)                                               \
     X(trace_ring_bound)                                                       \
