@@ -168,6 +168,10 @@ summary() {
             "$(ratio "$sp" "$pd") of pageable, $(ratio "$sp" "$nd") of pinned"
         printf '%-44s %12s  %s\n' "spillway restore, H->D (GB/s)" "${rs:--}" \
             "$(ratio "$rs" "$ph") of pageable, $(ratio "$rs" "$nh") of pinned"
+        printf '%-44s %12s  %s\n' "pinned 64 MiB alloc, device busy (ms)" "${RES[pinned_alloc_busy_ms]:--}" \
+            "idle ${RES[pinned_alloc_idle_ms]:--} ms; waited for the device: ${RES[pinned_alloc_waits]:--} (of ${RES[pinned_busy_ms]:-?} ms queued)"
+        printf '%-44s %12s  %s\n' "pinned 64 MiB free, device busy (ms)" "${RES[pinned_free_busy_ms]:--}" \
+            "idle ${RES[pinned_free_idle_ms]:--} ms; waited for the device: ${RES[pinned_free_waits]:--} (1: hostpool.c must not free under the lock)"
         printf '%-44s %12s  %s\n' "spilled buffers read back" "${RES[spill_contents]:--}" \
             "${RES[spills]:-?} spills, ${RES[restores]:-?} restores"
         local sc=${RES[sw_cached_alloc_free_ns]:-} sb=${RES[sw_backend_alloc_free_ns]:-}

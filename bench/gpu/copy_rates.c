@@ -14,6 +14,14 @@
  * Prints "RESULT name=value" lines (GB/s = 1e9 bytes per second, best of 5
  * after a warm-up) that bench/gpu/check.sh reads, and exits 1 with a
  * message when something fails.
+ *
+ * It also says whether allocating and freeing page-locked memory waits for
+ * the device (pinned_alloc_waits, pinned_free_waits: 1 when the busy
+ * stream had finished by the time the call returned).  spillway's host
+ * pool makes and frees such blocks with its device lock held
+ * (src/core/hostpool.c); if the driver synchronizes there, every other
+ * thread waits for the device's queued work too, and a pool over its bound
+ * (a block freed on each restore) serializes copies with compute.
  */
 #include "backend/cuda_api.h"
 
@@ -62,6 +70,42 @@ static double rate(int dir, void *host, swcu_deviceptr dev, size_t n,
             best = gbs;
     }
     return best;
+}
+
+/* Queue `count` memsets of the n bytes at d on s: a few tens of ms of
+ * device work that needs nothing from the host. */
+static void keep_busy(swcu_stream s, swcu_deviceptr d, size_t n, int count)
+{
+    for (int i = 0; i < count; i++)
+        check(cu.cuMemsetD32Async(d, (unsigned)i, n / 4, s),
+              "cuMemsetD32Async");
+}
+
+/* Milliseconds a cuMemHostAlloc (free: 0) or cuMemFreeHost (free: 1) of
+ * bytes took, with s busy (busy: the memsets to queue first, else idle);
+ * *waited: whether s had finished by the time it returned. */
+static double pinned_call_ms(int free_it, size_t bytes, swcu_stream s,
+                             swcu_deviceptr d, size_t n, int busy,
+                             int *waited)
+{
+    void *p = NULL;
+    if (free_it)
+        check(cu.cuMemHostAlloc(&p, bytes, SWCU_CU_MEMHOSTALLOC_PORTABLE),
+              "cuMemHostAlloc");
+    keep_busy(s, d, n, busy);
+    double t0 = now();
+    if (free_it)
+        check(cu.cuMemFreeHost(p), "cuMemFreeHost");
+    else
+        check(cu.cuMemHostAlloc(&p, bytes, SWCU_CU_MEMHOSTALLOC_PORTABLE),
+              "cuMemHostAlloc");
+    double ms = (now() - t0) * 1e3;
+    swcu_result q = cu.cuStreamQuery(s);
+    *waited = busy > 0 && q == SWCU_CUDA_SUCCESS;
+    check(cu.cuStreamSynchronize(s), "cuStreamSynchronize");
+    if (!free_it)
+        check(cu.cuMemFreeHost(p), "cuMemFreeHost");
+    return ms;
 }
 
 int main(int argc, char **argv)
@@ -134,6 +178,35 @@ int main(int argc, char **argv)
     printf("RESULT pageable_d2h_gbs=%.2f\n", pd);
     printf("RESULT pinned_h2d_gbs=%.2f\n", nh);
     printf("RESULT pinned_d2h_gbs=%.2f\n", nd);
+
+    /* Pinned allocation and free of 64 MiB with the device idle and with
+     * ~busy_ms of memsets queued (calibrated: the memsets alone, timed). */
+    int count = 1;
+    double busy_ms = 0;
+    for (;;) {
+        double t0 = now();
+        keep_busy(s, d, n, count);
+        check(cu.cuStreamSynchronize(s), "cuStreamSynchronize");
+        busy_ms = (now() - t0) * 1e3;
+        if (busy_ms >= 50 || count >= 8192)
+            break;
+        count *= 2;
+    }
+    int w_idle, wa, wf;
+    size_t blk = (size_t)64 << 20;
+    double ai = pinned_call_ms(0, blk, s, d, n, 0, &w_idle);
+    double ab = pinned_call_ms(0, blk, s, d, n, count, &wa);
+    double fi = pinned_call_ms(1, blk, s, d, n, 0, &w_idle);
+    double fb = pinned_call_ms(1, blk, s, d, n, count, &wf);
+    printf("pinned 64 MiB with %.0f ms of device work queued before it:\n",
+           busy_ms);
+    printf("RESULT pinned_busy_ms=%.1f\n", busy_ms);
+    printf("RESULT pinned_alloc_idle_ms=%.2f\n", ai);
+    printf("RESULT pinned_alloc_busy_ms=%.2f\n", ab);
+    printf("RESULT pinned_alloc_waits=%d\n", wa);
+    printf("RESULT pinned_free_idle_ms=%.2f\n", fi);
+    printf("RESULT pinned_free_busy_ms=%.2f\n", fb);
+    printf("RESULT pinned_free_waits=%d\n", wf);
 
     check(cu.cuMemFreeHost(pinned), "cuMemFreeHost");
     free(pageable);
