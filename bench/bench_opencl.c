@@ -10,7 +10,12 @@
  *      4-byte fill and a wait), which is when lazy runtimes such as PoCL
  *      really allocate;
  *   2. spill and restore bandwidth of large buffers under a budget, against
- *      memcpy between pre-faulted host buffers.
+ *      memcpy between pre-faulted host buffers;
+ *   3. the runtime's own transfer rates into and out of plain host memory
+ *      (malloc'd and touched: what spillway's host pool holds) and into a
+ *      mapped CL_MEM_ALLOC_HOST_PTR buffer (the host-visible staging
+ *      OpenCL offers), in the raw context: whether a host_alloc op made of
+ *      such buffers would copy faster (docs/opencl.md).
  *
  * Usage: bench_opencl [--quick] [--device opencl:N]
  * Without an OpenCL device it says so and exits 0.
@@ -227,34 +232,129 @@ static void bench_bandwidth(sw_device *dev, size_t size, int nbuf, int rounds)
         CHECK(sw_buffer_alloc(dev, size, "bench", &bufs[i]));
         CHECK(sw_buffer_write(bufs[i], 0, pattern, size));
     }
-    sw_memory_info m0 = info(dev);
-    for (int r = 0; r < rounds; r++)
+    /* Round 0 apart: its spills copy into host memory the pool does not
+     * have yet (the pool holds what restores gave back, and no restore has
+     * run), so they pay its page faults; later rounds reuse it, as a
+     * workload past its first steps does.  Each phase ends with a
+     * synchronize, so that its copies' time is counted in it. */
+    sw_memory_info m0 = info(dev), m1 = m0;
+    for (int r = 0; r < rounds; r++) {
         for (int i = 0; i < nbuf; i++) {
             sw_devmem p;
             CHECK(sw_buffer_device_ptr(bufs[i], &p));
         }
-    sw_memory_info m1 = info(dev);
-    double spill = (double)(m1.spilled_bytes_total - m0.spilled_bytes_total) /
-                   (m1.spill_seconds - m0.spill_seconds) / 1e9;
-    double restore =
+        if (r == 0) {
+            CHECK(sw_device_synchronize(dev));
+            m1 = info(dev);
+        }
+    }
+    CHECK(sw_device_synchronize(dev));
+    sw_memory_info m2 = info(dev);
+    double spill0 = (double)(m1.spilled_bytes_total - m0.spilled_bytes_total) /
+                    (m1.spill_seconds - m0.spill_seconds) / 1e9;
+    double restore0 =
         (double)(m1.restored_bytes_total - m0.restored_bytes_total) /
         (m1.restore_seconds - m0.restore_seconds) / 1e9;
+    double spill = (double)(m2.spilled_bytes_total - m1.spilled_bytes_total) /
+                   (m2.spill_seconds - m1.spill_seconds) / 1e9;
+    double restore =
+        (double)(m2.restored_bytes_total - m1.restored_bytes_total) /
+        (m2.restore_seconds - m1.restore_seconds) / 1e9;
     double base = memcpy_gbps(size, 5);
     printf("spill and restore (%zu MiB buffers, %llu spills, %llu "
-           "restores)\n",
-           size >> 20, (unsigned long long)(m1.spills - m0.spills),
-           (unsigned long long)(m1.restores - m0.restores));
+           "restores after a first round)\n",
+           size >> 20, (unsigned long long)(m2.spills - m1.spills),
+           (unsigned long long)(m2.restores - m1.restores));
     printf("  %-24s %8.2f GB/s\n", "memcpy baseline", base);
     printf("  %-24s %8.2f GB/s   ratio %.2f\n", "spill (device->host)", spill,
            spill / base);
     printf("  %-24s %8.2f GB/s   ratio %.2f\n", "restore (host->device)",
            restore, restore / base);
+    printf("  first round, host pool filling: spill %.2f, restore %.2f of "
+           "memcpy\n", spill0 / base, restore0 / base);
     CHECK(sw_set_memory_budget(dev, 0));
     for (int i = 0; i < nbuf; i++)
         CHECK(sw_buffer_free(bufs[i]));
     CHECK(sw_empty_cache(dev));
     free(bufs);
     free(pattern);
+}
+
+/* ------------------------------------------------------------------------
+ * 3. Staging: plain host memory against a mapped ALLOC_HOST_PTR buffer
+ * ---------------------------------------------------------------------- */
+
+/* Best of reps blocking transfers of n bytes between dev and host, GB/s
+ * (to_host: clEnqueueReadBuffer, else clEnqueueWriteBuffer). */
+static double xfer_gbps(raw_cl *r, cl_mem dev, void *host, size_t n,
+                        int to_host, int reps)
+{
+    double best = 0;
+    for (int i = -1; i < reps; i++) { /* -1: warm-up */
+        double t0 = now();
+        if (to_host)
+            CL_CHECK(clEnqueueReadBuffer(r->q, dev, CL_TRUE, 0, n, host, 0,
+                                         NULL, NULL));
+        else
+            CL_CHECK(clEnqueueWriteBuffer(r->q, dev, CL_TRUE, 0, n, host, 0,
+                                          NULL, NULL));
+        double g = (double)n / (now() - t0) / 1e9;
+        if (i >= 0 && g > best)
+            best = g;
+    }
+    return best;
+}
+
+static void bench_staging(raw_cl *r, size_t n, int reps)
+{
+    cl_int err = CL_SUCCESS;
+    cl_mem dev = clCreateBuffer(r->ctx, CL_MEM_READ_WRITE, n, NULL, &err);
+    CL_CHECK(err);
+    const uint32_t pat = 0x5a5a5a5a;
+    CL_CHECK(clEnqueueFillBuffer(r->q, dev, &pat, 4, 0, n, 0, NULL, NULL));
+    CL_CHECK(clFinish(r->q));
+    char *plain = malloc(n);
+    if (!plain)
+        exit(1);
+    memset(plain, 1, n);
+    cl_mem stage = clCreateBuffer(
+        r->ctx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, n, NULL, &err);
+    CL_CHECK(err);
+    char *mapped = clEnqueueMapBuffer(r->q, stage, CL_TRUE,
+                                      CL_MAP_READ | CL_MAP_WRITE, 0, n, 0,
+                                      NULL, NULL, &err);
+    CL_CHECK(err);
+    memset(mapped, 1, n);
+    double pd = 0, ph = 0, sd = 0, sh = 0;
+    for (int round = 0; round < 2; round++) { /* alternating, best of both */
+        double v;
+        if ((v = xfer_gbps(r, dev, plain, n, 1, reps)) > pd)
+            pd = v;
+        if ((v = xfer_gbps(r, dev, mapped, n, 1, reps)) > sd)
+            sd = v;
+        if ((v = xfer_gbps(r, dev, plain, n, 0, reps)) > ph)
+            ph = v;
+        if ((v = xfer_gbps(r, dev, mapped, n, 0, reps)) > sh)
+            sh = v;
+    }
+    sink += (uint64_t)plain[n / 2] + (uint64_t)mapped[n / 2];
+    double base = memcpy_gbps(n, 5);
+    printf("staging (%zu MiB, the runtime's own blocking transfers, best of "
+           "%d)\n", n >> 20, 2 * reps);
+    printf("  %-34s %8.2f GB/s\n", "memcpy baseline", base);
+    printf("  %-34s %8.2f GB/s   ratio %.2f\n",
+           "device->host, plain host memory", pd, pd / base);
+    printf("  %-34s %8.2f GB/s   ratio %.2f  (%.2f of plain)\n",
+           "device->host, mapped ALLOC_HOST_PTR", sd, sd / base, sd / pd);
+    printf("  %-34s %8.2f GB/s   ratio %.2f\n",
+           "host->device, plain host memory", ph, ph / base);
+    printf("  %-34s %8.2f GB/s   ratio %.2f  (%.2f of plain)\n",
+           "host->device, mapped ALLOC_HOST_PTR", sh, sh / base, sh / ph);
+    CL_CHECK(clEnqueueUnmapMemObject(r->q, stage, mapped, 0, NULL, NULL));
+    CL_CHECK(clFinish(r->q));
+    CL_CHECK(clReleaseMemObject(stage));
+    CL_CHECK(clReleaseMemObject(dev));
+    free(plain);
 }
 
 int main(int argc, char **argv)
@@ -305,6 +405,9 @@ int main(int argc, char **argv)
     printf("\n");
     bench_bandwidth(dev, quick ? (size_t)16 << 20 : (size_t)64 << 20, 8,
                     quick ? 2 : 4);
+    printf("\n");
+    bench_staging(&raw, quick ? (size_t)16 << 20 : (size_t)64 << 20,
+                  quick ? 3 : 5);
 
     clReleaseCommandQueue(raw.q);
     clReleaseContext(raw.ctx);
