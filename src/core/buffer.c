@@ -590,7 +590,7 @@ SW_API int sw_buffer_prefetch(sw_buffer *h, sw_queue *qh)
      * SW_RESIDENT while its copy out runs without the lock, and ordering
      * q after it then marked q as ordered on a buffer about to leave the
      * device, so that q's first use after its restore skipped the wait
-     * for the copy in (test prefetch_during_spill_orders_queue). */
+     * for the copy in (test thread_spill_of_restoring_buffer). */
     base->pins++;
     sw__wait_stable_locked(dev, base);
     if (base->state == SW_SPILLED) {

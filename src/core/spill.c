@@ -626,7 +626,7 @@ static int spill_batch_locked(sw_device *dev, uint64_t need,
          * before xfer_record_locked may let the lock go: a poll finding
          * the restore done meanwhile gave the block back to the pool
          * under the copy out, and the buffer ended spilled without a host
-         * copy (test spill_of_restoring_buffer_keeps_host_copy). */
+         * copy (test thread_spill_of_restoring_buffer). */
         if (b->xfer != NULL)
             xfer_supersede_locked(dev, b);
         /* Moving until its batch ends: xfer_record_locked may wait for
@@ -775,7 +775,8 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
          * without the lock, the buffer moving meanwhile, as
          * xfer_record_locked's own fallback does; its memory was never
          * the buffer's, and the default queue waits for the copy before
-         * the cache hands it out again. */
+         * the cache hands it out again (test
+         * inflight_prefetch_queue_wait_fails). */
         if (x != NULL) {
             const sw__backend_ops *ops = dev->ops;
             sw__bevent *ev = x->ev;
