@@ -591,16 +591,23 @@ SW_API int sw_buffer_prefetch(sw_buffer *h, sw_queue *qh)
      * q after it then marked q as ordered on a buffer about to leave the
      * device, so that q's first use after its restore skipped the wait
      * for the copy in (test thread_spill_of_restoring_buffer). */
-    base->pins++;
-    sw__wait_stable_locked(dev, base);
+    if (base->moving) {
+        /* Pinned across the wait, but not "used": a use moves last_use,
+         * and a later spill's copy would wait for the work queued before
+         * this prefetch.  The caller's handle keeps it alive. */
+        base->pins++;
+        sw__wait_stable_locked(dev, base);
+        base->pins--;
+    }
     if (base->state == SW_SPILLED) {
+        base->pins++;
         rc = sw__restore_locked(dev, base, q, true);
+        sw__unpin_locked(dev, base);
     } else if (q != NULL) {
         /* Already there (or on its way): q is ordered after it as any
          * first use on q is. */
         rc = sw__order_use_locked(dev, base, q);
     }
-    sw__unpin_locked(dev, base);
     sw__unlock(dev);
     return rc;
 }
