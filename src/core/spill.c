@@ -772,19 +772,14 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
          * queued (only q's wait for it failed) still reads it: it must end
          * before the buffer's record of it goes, or a free of the buffer
          * could give the host block back under the copy.  Waited for
-         * without the lock, the buffer moving meanwhile, as
-         * xfer_record_locked's own fallback does; its memory was never
-         * the buffer's, and the default queue waits for the copy before
-         * the cache hands it out again (test
-         * inflight_prefetch_queue_wait_fails). */
+         * without the lock (which takes the event), the buffer moving
+         * meanwhile; its memory was never the buffer's, and the default
+         * queue waits for the copy before the cache hands it out again
+         * (test inflight_prefetch_queue_wait_fails). */
         if (x != NULL) {
-            const sw__backend_ops *ops = dev->ops;
             sw__bevent *ev = x->ev;
-            dev->waiting++;
-            sw__unlock(dev);
-            (void)sw__b_event_wait(ops, ev);
-            sw__lock(dev);
-            dev->waiting--;
+            x->ev = NULL;
+            (void)sw__wait_event_locked(dev, ev);
             x->refs = 1;
             xfer_unref_locked(dev, x);
         }
