@@ -91,6 +91,11 @@ ALL_SUITES += python-asan '$(call PY_BUILT,build-asan) $(call PY_SUITE,SPILLWAY_
 ALL_SUITES += python-opencl '$(call PY_BUILT,build) scripts/if-device.sh opencl:0 $(call PY_SUITE,SPILLWAY_BUILD_DIR=build SPILLWAY_DEVICE=opencl:0)'
 # The command-line program (tests/cli): build/spillway run as a user would.
 ALL_SUITES += cli       'SPILLWAY_BUILD_DIR=build $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/cli'
+# The installed package (scripts/test-installed.sh): the sdist, a wheel
+# built from it and installed with [dask] into a fresh venv, where the
+# Python suite, the entry points, the program and the Dask example run; and
+# a C program built with pkg-config alone against `meson install`.
+ALL_SUITES += installed 'scripts/test-installed.sh'
 # CUDA: the backend's host side through the CPU stand-in for libcuda.so.1
 # (tests/cuda/fake_libcuda.c; not a GPU), the whole suite on cuda:0, plain
 # and under ASan+UBSan; with an NVIDIA GPU, the C and Python suites on the

@@ -3,7 +3,13 @@
 Which spillway is tested: the build tree's (BUILD/python, BUILD being
 $SPILLWAY_BUILD_DIR or build/), put first on sys.path; with
 SPILLWAY_TEST_INSTALLED=1, whatever `import spillway` finds (an installed
-package).
+package, which must not come from this source tree: the `installed` suite,
+scripts/test-installed.sh).  An installed package has no test-only module
+(spillway._spillway_testing and spillway._testing are built in the build
+tree only): there, stand-ins take their names, and a test that uses them
+is skipped -- before it runs when its code names them, else when it calls
+one -- while every other test runs; the leak check after each test, which
+needs them, is left out (budgets are still reset).
 
 The simulated device reads SPILLWAY_SIM_MEMORY and SPILLWAY_SIM_DEVICES when
 it is opened, which in a process is once.  The suite sets them here, before
@@ -25,9 +31,11 @@ Python host task.
 """
 
 import gc
+import inspect
 import os
 import pathlib
 import sys
+import types
 
 import pytest
 
@@ -37,20 +45,73 @@ SIM_MEMORY = 64 << 20
 os.environ["SPILLWAY_SIM_MEMORY"] = "64M"
 os.environ["SPILLWAY_SIM_DEVICES"] = "2"
 
-if os.environ.get("SPILLWAY_TEST_INSTALLED") != "1":
+INSTALLED = os.environ.get("SPILLWAY_TEST_INSTALLED") == "1"
+
+if not INSTALLED:
     _build = pathlib.Path(os.environ.get("SPILLWAY_BUILD_DIR", ROOT / "build"))
     if not _build.is_absolute():
         _build = ROOT / _build
     sys.path.insert(0, str(_build / "python"))
 
 import spillway  # noqa: E402
-from spillway import _testing  # noqa: E402
 
-if os.environ.get("SPILLWAY_TEST_INSTALLED") != "1":
-    _where = pathlib.Path(spillway.__file__).resolve().parent
-    if _where != (_build / "python" / "spillway").resolve():
-        raise RuntimeError(f"testing spillway from {_where}, not from the "
-                           f"build tree {_build}")
+_where = pathlib.Path(spillway.__file__).resolve().parent
+if not INSTALLED and _where != (_build / "python" / "spillway").resolve():
+    raise RuntimeError(f"testing spillway from {_where}, not from the "
+                       f"build tree {_build}")
+if INSTALLED and ROOT in _where.parents:
+    raise RuntimeError(f"SPILLWAY_TEST_INSTALLED=1, but spillway comes from "
+                       f"the source tree: {_where}")
+
+NEEDS_TESTING = ("needs spillway._spillway_testing, the test-only module, "
+                 "which is built in the build tree only and never installed")
+
+
+class _NeedsTesting(types.ModuleType):
+    """Stands in for a test-only module in an installed package: each of its
+    names is a function that skips the calling test.  Dunder names are
+    missing, as on any module, so that tools probing sys.modules (inspect,
+    warnings) see an ordinary module."""
+
+    _sw_needs_testing = True
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def needs_testing(*args, **kwargs):
+            pytest.skip(NEEDS_TESTING)
+        needs_testing._sw_needs_testing = True
+        return needs_testing
+
+
+try:
+    from spillway import _testing  # noqa: E402
+    HAVE_TESTING = True
+except ImportError:
+    if not INSTALLED:
+        raise
+    for _name in ("spillway._testing", "spillway._spillway_testing"):
+        sys.modules[_name] = _NeedsTesting(_name)
+    from spillway import _testing  # noqa: E402
+    HAVE_TESTING = False
+
+
+def _names_testing(func):
+    """Whether func's code (nested functions included) names a test-only
+    module or something imported from one."""
+    func = inspect.unwrap(func)
+    code = getattr(func, "__code__", None)
+    glb = getattr(func, "__globals__", {})
+    todo = [code] if code is not None else []
+    while todo:
+        co = todo.pop()
+        for name in co.co_names:
+            if name in ("_testing", "_spillway_testing") or \
+                    getattr(glb.get(name), "_sw_needs_testing", False):
+                return True
+        todo.extend(c for c in co.co_consts if isinstance(c, types.CodeType))
+    return False
 
 
 def pytest_configure(config):
@@ -61,7 +122,13 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked `spills` are skipped, with the reason, where the
-    default device never spills (host:0: docs/host.md)."""
+    default device never spills (host:0: docs/host.md); in an installed
+    package, so are those that name the test-only module."""
+    if not HAVE_TESTING:
+        needs = pytest.mark.skip(reason=NEEDS_TESTING)
+        for item in items:
+            if _names_testing(getattr(item, "function", None)):
+                item.add_marker(needs)
     name = spillway.Device().name
     if not name.startswith("host:"):
         return
@@ -87,7 +154,8 @@ def sim():
     d = spillway.Device("sim:0")
     spillway.empty_cache(d)
     spillway.synchronize(d)
-    _testing.gc_backoff_reset()
+    if HAVE_TESTING:
+        _testing.gc_backoff_reset()
     return d
 
 
@@ -105,6 +173,9 @@ def dev():
 
 @pytest.fixture(autouse=True)
 def no_leaks():
+    if not HAVE_TESTING:
+        yield from _installed_reset()
+        return
     _testing.gc_backoff_reset()
     _testing.track_arrays(True)
     gc_was_enabled = gc.isenabled()
@@ -133,3 +204,19 @@ def no_leaks():
                             f"spilled={info.spilled} after the test")
     _testing.gc_backoff_reset()
     assert not problems, "; ".join(problems)
+
+
+def _installed_reset():
+    """no_leaks without the test-only module: what each test leaves behind is
+    undone (the collector re-enabled, work waited for, budgets removed on
+    the suite's devices), nothing is checked."""
+    gc_was_enabled = gc.isenabled()
+    yield
+    if gc_was_enabled:
+        gc.enable()
+    spillway.order_manager.clear()
+    gc.collect()
+    for spec in dict.fromkeys([spillway.Device().name, "sim:0", "sim:1"]):
+        d = spillway.Device(spec)
+        spillway.set_memory_budget(None, d)
+        spillway.synchronize(d)
