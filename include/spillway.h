@@ -10,7 +10,27 @@
  * Conventions (they hold for every function below unless it says otherwise):
  *  - Functions return int: SW_OK (0) on success or a negative SW_ERR_* code.
  *    A failing call also sets a per-thread detail message, read with
- *    sw_last_error().  A failed call changes no state and moves no ownership.
+ *    sw_last_error().  A failed call moves no ownership and loses no data,
+ *    and what else it may have changed depends on why it failed:
+ *     - refused for its arguments (SW_ERR_INVALID_ARG, _INVALID_HANDLE,
+ *       _OUT_OF_RANGE, _DTYPE, _TOO_LARGE, _BUSY, _NO_DEVICE,
+ *       _UNSUPPORTED), or with SW_ERR_OOM because the budget cannot hold
+ *       the request even once everything that can move has moved (the
+ *       message says "nothing was moved"; a launch's arguments that cannot
+ *       fit together likewise): it changed nothing -- no buffer moved, the
+ *       cache and the host pool are as they were;
+ *     - SW_ERR_OOM after the allocation ladder, SW_ERR_HOST_OOM,
+ *       SW_ERR_DEVICE: the buffers the call was given are where they were
+ *       (restores it made for some of them are undone when another cannot
+ *       come back, copying nothing: their host copies were kept until all
+ *       were in) and it keeps no device memory it took for them (a block
+ *       goes back to the cache it came from, or to the device).  What it
+ *       did to make room may stay done: other buffers spilled (intact;
+ *       each comes back at its next device use), cached blocks given back
+ *       to the device, the pressure callbacks run.
+ *    Counters count what happened (ooms, alloc_retries, gc_runs, and the
+ *    copies of an undone restore in restores and restored_bytes_total);
+ *    peak may have risen.
  *  - Results come back through trailing out-parameters, which are set to
  *    NULL/0 when the call fails.
  *  - Handles are opaque.  Destroying or closing NULL is a harmless no-op.
@@ -231,7 +251,10 @@ typedef struct sw_memory_info {
      * though it includes a batch's wait behind earlier work). */
     double spill_seconds, restore_seconds;
     uint64_t alloc_retries; /* allocation attempts repeated after a failure */
-    uint64_t ooms;          /* allocations that failed for good */
+    uint64_t ooms;          /* requests for device memory that failed for
+                             * good: allocations (SW_ERR_OOM, a size too
+                             * large for the device: SW_ERR_TOO_LARGE, a
+                             * driver error) and restores */
     uint64_t gc_runs;       /* collections run by pressure callbacks */
     /* Appended in 0.2. */
     uint64_t peak_reserved; /* highest in_use + cached since open or
@@ -292,7 +315,10 @@ SW_API int sw_empty_cache(sw_device *dev);
  * its bound, which is $SPILLWAY_HOST_POOL at open (a size such as "2G")
  * or 1 GiB; a block holding spilled data counts in `spilled`. */
 SW_API int sw_set_host_pool_limit(sw_device *dev, uint64_t bytes);
-/* Give every idle block of the pool back to the system. */
+/* Give every idle block of the pool back to the system, and the blocks of
+ * restores whose copies in are still in flight (a prefetch's), once those
+ * end: the call waits for them, without the device lock.  Blocks holding
+ * spilled data stay. */
 SW_API int sw_release_host_pool(sw_device *dev);
 
 /* ------------------------------------------------------------------------
@@ -610,6 +636,15 @@ SW_API int sw_order_wait(sw_order *o);
  * calls sw_pressure_unlock first and sw_pressure_relock before it returns.
  * Callbacks are not re-entered: an allocation made from inside a callback
  * does not run the callbacks again.
+ *
+ * An allocation (or restore) that is about to fail for good calls the
+ * callbacks once more as its very last step, after everything else
+ * (trimming, waiting, spilling) failed: sw_pressure_last_chance(p) is 1
+ * in that call, 0 in the first.  So a callback may do the cheap thing at
+ * the first call (a young collection while backing off) and the thorough
+ * one at the last (the Python module's full collection); one with nothing
+ * more to offer returns 0 at once.  A request larger than the whole budget
+ * fails before any callback: nothing could help it.
  * ---------------------------------------------------------------------- */
 
 typedef struct sw_pressure sw_pressure;
@@ -633,6 +668,9 @@ SW_API void sw_pressure_relock(sw_pressure *p);
 /* Inside a callback, lock held: count one garbage-collector run in the
  * device's gc_runs. */
 SW_API void sw_pressure_note_gc(sw_pressure *p);
+/* Inside a callback: 1 when this call is the allocation's last chance
+ * (see above), else 0. */
+SW_API int sw_pressure_last_chance(const sw_pressure *p);
 
 /* ------------------------------------------------------------------------
  * Memory history

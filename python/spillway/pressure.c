@@ -27,12 +27,16 @@
  *    while another collection ran does not collect again, it just lets
  *    the allocation retry;
  *  - the allocator runs the callbacks at most once per allocation.
- * And no DeviceMemoryError without a full collection: a call of this module
- * that can allocate and fails with SW_ERR_OOM, no full collection having
- * completed since it began, is made once more with force_full set
- * (NOGIL_ALLOC, module.h), so its ladder collects in full.  A workload that
- * spills on every step thus runs young collections only while a back-off
- * lasts, and each DeviceMemoryError costs one full collection.
+ * And no DeviceMemoryError without a full collection: the allocator calls
+ * the callbacks once more as the last step of a ladder that is about to
+ * fail (sw_pressure_last_chance), whoever allocates -- this module, a
+ * framework through the allocator plug-ins, a C thread -- on every
+ * backend; that call collects in full unless the ladder's first one did,
+ * or a full collection completed since it began.  A workload that spills
+ * on every step thus runs young collections only while a back-off lasts,
+ * and each DeviceMemoryError costs one full collection.  (The module's own
+ * calls also keep their older net, NOGIL_ALLOC's retry with force_full,
+ * which the last chance leaves with nothing to do.)
  */
 
 #include "device.h"
@@ -46,6 +50,13 @@ static _Thread_local int force_full;
 /* Callbacks on this thread that ran a young collection instead of a full
  * one (or found one running): only their ladders want the retry. */
 static _Thread_local uint64_t young_here;
+/* This thread's last first call of a ladder (not its last chance): the
+ * full collections completed when it began, and whether it chose a full
+ * one itself.  The allocator never runs the callbacks of a ladder inside
+ * another's on one thread (an allocation inside a callback runs none), so
+ * a last chance reads its own ladder's first call here. */
+static _Thread_local uint64_t first_full_seq;
+static _Thread_local int first_was_full;
 
 /* gc.collect(generation) -- which (unlike PyGC_Collect) also runs while
  * gc.disable() is in effect; generation -1 for a full collection.  With the
@@ -97,11 +108,26 @@ int sw_py_gc_on_pressure(sw_device *dev, sw_pressure *p, size_t bytes,
      * this callback yet, so ctx is alive; hold it across the unlock. */
     if (!atomic_load(&ctx->alive))
         return 0;
-    int64_t quiet = atomic_load(&sw_py_process.gc.quiet_until_ns);
-    int young = !force_full && quiet != 0 && sw_py_now_ns() < quiet;
-    if (young) {
-        atomic_fetch_add(&sw_py_process.gc.skipped_backoff, 1);
-        young_here++;
+    int young;
+    if (sw_pressure_last_chance(p)) {
+        /* The allocation fails for good unless this frees something: a
+         * full collection, back-off or not -- unless this ladder's first
+         * call ran one, or one completed since it began (by any thread):
+         * it found whatever a second would. */
+        if (first_was_full ||
+            atomic_load(&sw_py_process.gc.full_seq) != first_full_seq)
+            return 0;
+        young = 0;
+        atomic_fetch_add(&sw_py_process.gc.last_chance, 1);
+    } else {
+        int64_t quiet = atomic_load(&sw_py_process.gc.quiet_until_ns);
+        young = !force_full && quiet != 0 && sw_py_now_ns() < quiet;
+        first_full_seq = atomic_load(&sw_py_process.gc.full_seq);
+        first_was_full = !young;
+        if (young) {
+            atomic_fetch_add(&sw_py_process.gc.skipped_backoff, 1);
+            young_here++;
+        }
     }
     /* A full collection completed meanwhile serves this allocation too; a
      * young one only a young one. */

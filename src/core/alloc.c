@@ -100,22 +100,76 @@ static bool fit_budget_locked(sw_device *dev, size_t size)
     return dev->in_use + dev->cached + size <= dev->budget;
 }
 
+/* Bytes a spill could free now: spillable buffers that are neither pinned
+ * nor moving (the heap keeps pinned ones; spilling skips them).  Counting
+ * stops at `enough`: the usual heap is mostly unpinned, so this reads a
+ * few entries, not all. */
+static uint64_t spillable_locked(const sw_device *dev, uint64_t enough)
+{
+    uint64_t got = 0;
+    for (size_t i = 0; i < dev->heap_len && got < enough; i++) {
+        const sw__buf *b = dev->heap[i];
+        if (b->pins == 0 && !b->moving)
+            got += b->alloc_size;
+    }
+    return got;
+}
+
+bool sw__budget_room_locked(sw_device *dev, uint64_t size)
+{
+    sw__assert_locked(dev);
+    if (dev->budget == 0 || dev->in_use + size <= dev->budget)
+        return true; /* trimming the cache is enough */
+    uint64_t need = dev->in_use + size - dev->budget;
+    return spillable_locked(dev, need) >= need;
+}
+
+int sw__budget_refusal_locked(sw_device *dev, size_t request, size_t size,
+                              const char *tag)
+{
+    char why[512], b1[32], b2[32], b3[32];
+    if (dev->props.no_spill)
+        snprintf(why, sizeof why, "the budget of %s would be exceeded (in "
+                 "use + request = %s), and this device does not spill (its "
+                 "memory is the host's); nothing was moved",
+                 sw_format_bytes(dev->budget, b1, sizeof b1),
+                 sw_format_bytes(dev->in_use + size, b2, sizeof b2));
+    else
+        snprintf(why, sizeof why, "the budget of %s would be exceeded (in "
+                 "use + request = %s) and only %s can be spilled (the rest "
+                 "is pinned, exported or on its way); nothing was moved",
+                 sw_format_bytes(dev->budget, b1, sizeof b1),
+                 sw_format_bytes(dev->in_use + size, b2, sizeof b2),
+                 sw_format_bytes(spillable_locked(dev, UINT64_MAX), b3,
+                                 sizeof b3));
+    return oom_report_locked(dev, request, size, tag, why);
+}
+
 /* The ladder.  Each step that could have freed something is followed by a
  * retry from the top: the cache; under a budget, trimming the cache and
- * then spilling least-recently-used buffers (or, when nothing can move,
- * the pressure callbacks once); the backend; on its failure the pressure
- * callbacks, a wait for the device (frees are stream-ordered), emptying
- * the cache, and then spilling, until it succeeds or nothing is left.  On
- * failure the message is the full report, naming the request as the
- * caller made it. */
+ * then spilling least-recently-used buffers -- only when that can make
+ * room: a request that what can move cannot cover is refused with nothing
+ * trimmed or spilled, after the pressure callbacks; the backend; on its
+ * failure the pressure callbacks, a wait for the device (frees are
+ * stream-ordered), emptying the cache, and then spilling, until it
+ * succeeds or nothing is left.  Its last step, whichever way it fails, is
+ * the callbacks once more, told it is the last chance
+ * (sw_pressure_last_chance): a collector that settled for a cheap
+ * collection at the first call (the Python module's back-off) then runs
+ * its full one, so no allocation fails for good with collectable garbage
+ * holding the memory.  On failure the message is the full report, naming
+ * the request as the caller made it; *from_cache (may be NULL) says on
+ * success whether the block came from the cache. */
 int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
-                      const char *tag, uintptr_t *mem)
+                      const char *tag, uintptr_t *mem, bool *from_cache)
 {
     sw__assert_locked(dev);
     char why[512];
-    char b1[32], b2[32];
-    bool called_back = false, drained = false;
+    char b1[32];
+    bool called_back = false, last_called = false, drained = false;
     int step = 0;
+    if (from_cache != NULL)
+        *from_cache = false;
     if (dev->budget != 0 && size > dev->budget) {
         snprintf(why, sizeof why, "it is larger than the whole budget of %s",
                  sw_format_bytes(dev->budget, b1, sizeof b1));
@@ -125,43 +179,40 @@ int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
         /* A cached block keeps in_use + cached as it is: take it, unless
          * a lowered budget is already passed. */
         if ((dev->budget == 0 || dev->in_use + dev->cached <= dev->budget) &&
-            sw__cache_take_locked(dev, size, mem))
+            sw__cache_take_locked(dev, size, mem)) {
+            if (from_cache != NULL)
+                *from_cache = true;
             return SW_OK;
-        if (!fit_budget_locked(dev, size)) {
-            uint64_t over = dev->in_use + dev->cached + size - dev->budget;
-            uint64_t got = 0;
-            /* Spill only when it can succeed: nothing moves for nothing. */
-            if (over <= dev->heap_bytes) {
+        }
+        if (dev->budget != 0 &&
+            dev->in_use + dev->cached + size > dev->budget) {
+            /* Nothing moves for nothing: neither the cache nor a buffer,
+             * unless trimming and spilling can make the room. */
+            if (sw__budget_room_locked(dev, size) &&
+                !fit_budget_locked(dev, size)) {
+                uint64_t over = dev->in_use + dev->cached + size -
+                                dev->budget;
+                uint64_t got = 0;
                 int rc = sw__spill_locked(dev, over, &got);
                 if (rc != SW_OK)
                     return rc;
-            }
-            if (got > 0)
-                continue;
-            if (!called_back) {
-                called_back = true;
-                if (sw__run_callbacks_locked(dev, size)) {
-                    dev->alloc_retries++;
+                if (got > 0)
                     continue;
-                }
             }
-            char b3[32];
-            if (dev->props.no_spill)
-                snprintf(why, sizeof why, "the budget of %s would be "
-                         "exceeded (in use + cached + request = %s), and "
-                         "this device does not spill (its memory is the "
-                         "host's)", sw_format_bytes(dev->budget, b1, sizeof b1),
-                         sw_format_bytes(dev->in_use + dev->cached + size, b2,
-                                         sizeof b2));
-            else
-                snprintf(why, sizeof why, "the budget of %s would be "
-                         "exceeded (in use + cached + request = %s) and only "
-                         "%s can be spilled",
-                         sw_format_bytes(dev->budget, b1, sizeof b1),
-                         sw_format_bytes(dev->in_use + dev->cached + size, b2,
-                                         sizeof b2),
-                         sw_format_bytes(dev->heap_bytes, b3, sizeof b3));
-            return oom_report_locked(dev, request, size, tag, why);
+            if (dev->in_use + dev->cached + size > dev->budget) {
+                if (!called_back || !last_called) {
+                    bool last = called_back;
+                    called_back = true;
+                    last_called = last;
+                    if (sw__run_callbacks_locked(dev, size, last)) {
+                        dev->alloc_retries++;
+                        continue;
+                    }
+                    if (!last)
+                        continue; /* the last chance next */
+                }
+                return sw__budget_refusal_locked(dev, request, size, tag);
+            }
         }
         int rc = sw__b_alloc(dev, size, mem);
         if (rc == SW_OK)
@@ -172,7 +223,7 @@ int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
         if (step == 0) {
             step++;
             called_back = true;
-            if (sw__run_callbacks_locked(dev, size)) {
+            if (sw__run_callbacks_locked(dev, size, false)) {
                 dev->alloc_retries++;
                 continue;
             }
@@ -194,8 +245,17 @@ int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
         rc = sw__spill_locked(dev, size, &got);
         if (rc != SW_OK)
             return rc;
-        if (got == 0)
+        if (got == 0) {
+            if (!last_called) {
+                last_called = true;
+                if (sw__run_callbacks_locked(dev, size, true)) {
+                    drained = false;
+                    dev->alloc_retries++;
+                    continue;
+                }
+            }
             return oom_report_locked(dev, request, size, tag, why);
+        }
         drained = false;
         dev->alloc_retries++;
     }

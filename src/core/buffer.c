@@ -129,6 +129,7 @@ void sw__buf_init_base(sw__buf *b, size_t size, const char *tag)
     b->state = SW_RESIDENT;
     b->mem = 0;
     b->host = NULL;
+    b->hold_host = false;
     b->alloc_size = 0;
     b->heap_idx = SW__NOT_IN_HEAP;
     b->heap_key = 0;
@@ -156,6 +157,11 @@ SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
                         "(its capacity is %s)", dev->name, size,
                         sw_format_bytes(dev->props.max_alloc, b1, sizeof b1),
                         sw_format_bytes(dev->props.total, b2, sizeof b2));
+        /* An allocation that failed for good, as PyTorch's num_ooms
+         * counts it, and in the history as one. */
+        dev->ooms++;
+        if (dev->tracing)
+            sw__trace_oom(dev, size, tag, sw_last_error());
         sw__unlock(dev);
         return rc;
     }
@@ -169,7 +175,7 @@ SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
     }
     uintptr_t mem = 0;
     if (rounded > 0) {
-        rc = sw__obtain_locked(dev, size, rounded, tag, &mem);
+        rc = sw__obtain_locked(dev, size, rounded, tag, &mem, NULL);
         if (rc != SW_OK) {
             dev->ooms++;
             if (rc == SW_ERR_OOM && dev->tracing)
@@ -456,6 +462,7 @@ SW_API int sw_buffer_device_ptr(sw_buffer *h, sw_devmem *out)
     if (rc == SW_OK)
         rc = sw__xfer_wait_locked(dev, base);
     if (rc == SW_OK) {
+        sw__hold_end_locked(dev, base); /* the caller may write it */
         base->last_use = ++dev->clock;
         out->base = base->mem;
         out->offset = base->mem ? buf->offset : 0;
@@ -519,6 +526,9 @@ static int host_access_locked(sw_device *dev, sw__buf *buf, size_t offset,
     if (rc == SW_OK && base->lost)
         rc = sw__xfer_wait_locked(dev, base); /* says why */
     if (rc == SW_OK) {
+        /* Another call's restore, held: a write must not be undone. */
+        if (write)
+            sw__hold_end_locked(dev, base);
         base->last_use = ++dev->clock;
         char *h = base->state == SW_SPILLED ? (char *)base->host + off
                   : can_inline_locked(dev, base, n)
@@ -601,7 +611,7 @@ SW_API int sw_buffer_prefetch(sw_buffer *h, sw_queue *qh)
     }
     if (base->state == SW_SPILLED) {
         base->pins++;
-        rc = sw__restore_locked(dev, base, q, true);
+        rc = sw__restore_locked(dev, base, q, true, 0);
         sw__unpin_locked(dev, base);
     } else if (q != NULL) {
         /* Already there (or on its way): q is ordered after it as any

@@ -120,6 +120,23 @@ SW_API int sw_release_host_pool(sw_device *dev)
     int rc = sw__device_enter(dev);
     if (rc != SW_OK)
         return rc;
+    /* A restore's host block comes back to the pool when its copy in is
+     * seen done, which may be long after the buffer looks RESIDENT (a
+     * prefetch): released before that, the pool filled up again at the
+     * next poll (a synchronize, a memory query).  So the copies in flight
+     * that hold blocks are waited for first, without the lock. */
+    for (;;) {
+        sw__xfer_poll_locked(dev);
+        sw__buf *b = dev->xfers;
+        while (b != NULL && !(b->state == SW_RESIDENT && b->host != NULL &&
+                              !b->hold_host))
+            b = b->xnext;
+        if (b == NULL)
+            break;
+        b->pins++;
+        (void)sw__xfer_wait_locked(dev, b); /* detaches it, ending or not */
+        sw__unpin_locked(dev, b);
+    }
     sw__host_pool_drain_locked(dev);
     sw__unlock(dev);
     return SW_OK;

@@ -174,8 +174,12 @@ SW_API int sw_queue_host_task(sw_queue *h, void (*fn)(void *arg), void *arg,
         rc = sw__errorf(SW_ERR_HOST_OOM, "no host memory for an event");
         goto fail;
     }
+    /* The task's own reference is not the handle's: once the caller
+     * released it, the handle is dead though the task is pending. */
     if (out != NULL)
         atomic_fetch_add_explicit(&t->done->refs, 1, memory_order_relaxed);
+    else
+        atomic_store_explicit(&t->done->handles, 0, memory_order_relaxed);
     if (!ensure_runner()) {
         rc = sw__errorf(SW_ERR_HOST_OOM, "cannot start a host-task "
                         "thread");
@@ -204,7 +208,7 @@ SW_API int sw_queue_host_task(sw_queue *h, void (*fn)(void *arg), void *arg,
 fail:
     if (t->done != NULL) {
         if (out != NULL)
-            sw__event_unref(t->done);
+            sw__event_drop_handle(t->done);
         sw__event_unref(t->done);
     }
     sw__unlock(dev);

@@ -159,6 +159,11 @@ struct sw__buf {
     uint8_t state;  /* (base) sw_buffer_state */
     bool moving;    /* (base) a spill or restore is copying it */
     bool external;  /* (base) wraps memory we do not own: never moves */
+    /* (base) Restored by a call that may still undo it (a launch's other
+     * argument failing to come back): while set, the host copy is kept
+     * though resident (spill.c, sw__unrestore_locked).  Any other use
+     * ends it (sw__hold_end_locked): what it writes must not be undone. */
+    bool hold_host;
     sw__buf *base;  /* itself for a base buffer */
     size_t offset;  /* byte offset inside the base allocation */
     uintptr_t mem;  /* (base) backend allocation; 0 when spilled or empty */
@@ -190,6 +195,10 @@ struct sw__buf {
     bool host_pinned;
     bool released; /* freed while a copy was in flight: slot freed after */
     bool lost;     /* its copy to host failed on the device (spill.c) */
+    /* (base) While hold_host: the call holding it, and where its device
+     * memory goes back to if that call undoes the restore. */
+    uint32_t hold_token;
+    bool mem_from_cache;
     sw__buf *live_prev, *live_next; /* dev->live list of bases */
     char tag[SW_TAG_MAX + 1];
 };
@@ -297,6 +306,7 @@ typedef struct sw__callback {
 struct sw_pressure {
     sw_device *dev;
     bool locked;
+    bool last; /* the ladder's last step (sw_pressure_last_chance) */
 };
 
 /* The memory history (trace.c). */
@@ -350,6 +360,7 @@ struct sw_device {
      * move, a pressure callback) and will take it again: close refuses
      * while there are any. */
     uint32_t waiting;
+    uint32_t hold_seq; /* tokens of calls that hold restores (launch.c) */
     /* Spillable buffers: resident, owned, unexposed, nonempty. */
     sw__buf **heap;
     size_t heap_len, heap_cap;
@@ -462,7 +473,12 @@ struct sw__event {
      * reuse: the pool's `keep` ends here). */
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    /* All references; the handle's (the user's retains and the order
+     * records holding it) are also counted in `handles`, and the handle
+     * dies when they are gone, though a host task still holding the event
+     * keeps it: a second release of a pending task's event is refused. */
     _Atomic uint32_t refs;
+    _Atomic uint32_t handles;
     const sw__backend_ops *ops;
     sw__bevent *bev; /* a backend event; NULL for a host task's */
     bool done;
@@ -470,9 +486,15 @@ struct sw__event {
 };
 
 /* Events (queue.c), for host tasks and order records. */
+/* A new event with one reference, its handle's. */
 sw__event *sw__event_new(const sw__backend_ops *ops, sw__bevent *bev);
 sw_event *sw__event_handle(const sw__event *e);
+/* Internal references (a host task's): no part of the handle's. */
 void sw__event_unref(sw__event *e);
+/* A reference of the handle's (a retain, an order record) taken and
+ * dropped: the last one dropped kills the handle. */
+void sw__event_hold_handle(sw__event *e);
+void sw__event_drop_handle(sw__event *e);
 int sw__event_check(const sw_event *h, sw__event **out);
 void sw__event_complete(sw__event *e, int rc);
 int sw__event_query(sw__event *ev, int *done);
@@ -558,16 +580,25 @@ bool sw__cache_take_locked(sw_device *dev, size_t size, uintptr_t *mem);
 /* Give the oldest cached block back to the backend.  pre: cache nonempty. */
 void sw__cache_trim_oldest_locked(sw_device *dev);
 /* The allocation ladder: device memory of size bytes (rounded, > 0);
- * request is the caller's size, for messages.  May release the lock. */
+ * request is the caller's size, for messages; *from_cache (may be NULL)
+ * whether the block came from the cache.  May release the lock. */
 int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
-                      const char *tag, uintptr_t *mem);
+                      const char *tag, uintptr_t *mem, bool *from_cache);
+/* Whether size more bytes fit the budget once the cache is trimmed and
+ * everything that can move now (unpinned, not moving) is spilled. */
+bool sw__budget_room_locked(sw_device *dev, uint64_t size);
+/* SW_ERR_OOM with the report of a request the budget refuses before
+ * anything moves. */
+int sw__budget_refusal_locked(sw_device *dev, size_t request, size_t size,
+                              const char *tag);
 /* Make n buffers resident and pin them for work on q (NULL: the default
  * queue) (launch.c); fills ptrs if not NULL.  On failure nothing stays
  * pinned. */
 int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
                        size_t n, sw_devmem *ptrs);
-/* Run the pressure callbacks; true if one may have freed memory. */
-bool sw__run_callbacks_locked(sw_device *dev, size_t bytes);
+/* Run the pressure callbacks (last: as the ladder's last step); true if
+ * one may have freed memory. */
+bool sw__run_callbacks_locked(sw_device *dev, size_t bytes, bool last);
 
 /* ------------------------------------------------------------------------
  * Spilling (spill.c)
@@ -587,7 +618,16 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled);
  * default queue (and on q, when not NULL) runs after it.  On failure the
  * host copy is kept. */
 int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
-                       bool prefetch);
+                       bool prefetch, uint32_t hold);
+/* Undo a restore made with hold by this call: the base is SPILLED again
+ * with the host copy it kept, its device memory back where it came from
+ * (in stream order), nothing copied.  May release the lock (waits for the
+ * copy in, base pinned by the caller). */
+void sw__unrestore_locked(sw_device *dev, sw__buf *base);
+/* The hold on base ends (the call that restored it succeeded, or another
+ * use came first): the host copy goes (now, or when its copy in is seen
+ * done).  A no-op without a hold. */
+void sw__hold_end_locked(sw_device *dev, sw__buf *base);
 int sw__make_resident_locked(sw_device *dev, sw__buf *base);
 /* Finish the xfers that are done (never blocks). */
 void sw__xfer_poll_locked(sw_device *dev);

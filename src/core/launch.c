@@ -40,14 +40,19 @@ static int check_fit_locked(sw_device *dev, sw__buf *const *bufs, size_t n)
 }
 
 /* Pin bufs[from..n): the general path (a spilled or moving argument, or a
- * queue to order), after the warm path pinned bufs[0..from).  On failure
- * every argument pinned so far, the warm ones included, is unpinned. */
+ * queue to order), after the warm path pinned bufs[0..from).  All or
+ * nothing: on failure every argument pinned so far, the warm ones
+ * included, is unpinned, and every restore this call made is undone.
+ * Those restores hold their host copies (hold_token: this call's) until
+ * the end, so undoing one copies nothing: an add whose second operand
+ * cannot come back leaves its first spilled, as it was. */
 static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
                            size_t n, sw_devmem *ptrs, size_t from)
 {
     int rc = SW_OK;
     bool checked_fit = false;
     bool restored = false;
+    uint32_t token = 0;
     size_t i;
     for (i = from; i < n; i++) {
         sw__buf *b = bufs[i], *base = b->base;
@@ -57,14 +62,21 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
                 checked_fit = true;
                 if ((rc = check_fit_locked(dev, bufs, n)) != SW_OK)
                     break;
+                if (++dev->hold_seq == 0)
+                    dev->hold_seq = 1; /* 0 is "no hold" */
+                token = dev->hold_seq;
             }
             base->pins++;
-            rc = sw__make_resident_locked(dev, base);
+            rc = sw__restore_locked(dev, base, NULL, false, token);
             if (rc != SW_OK) {
                 sw__unpin_locked(dev, base);
                 break;
             }
         } else {
+            /* Another call's restore, held: this use may write it, and
+             * what it writes must not be undone. */
+            if (base->hold_host && base->hold_token != token)
+                sw__hold_end_locked(dev, base);
             base->pins++;
         }
         base->last_use = ++dev->clock;
@@ -80,9 +92,21 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
         }
     }
     if (rc != SW_OK) {
+        /* Undone before any unpin: each is still pinned (a view and its
+         * base in one set are undone once: the first clears the hold). */
+        for (size_t j = 0; token != 0 && j < i; j++) {
+            sw__buf *base = bufs[j]->base;
+            if (base->hold_host && base->hold_token == token)
+                sw__unrestore_locked(dev, base);
+        }
         while (i-- > 0)
             sw__unpin_locked(dev, bufs[i]->base);
         return rc;
+    }
+    for (i = 0; token != 0 && i < n; i++) {
+        sw__buf *base = bufs[i]->base;
+        if (base->hold_host && base->hold_token == token)
+            sw__hold_end_locked(dev, base);
     }
     /* Pointers: an argument restored after an earlier one was written
      * cannot have moved it (pinned), but a restore may have been of a base
@@ -95,14 +119,14 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
     return SW_OK;
 }
 
-/* The warm path's pin of one argument: its base resident, not moving,
- * with no queue to order; then pinned, used at `clock`, and its pointer
+/* The warm path's pin of one argument: its base resident, not moving, not
+ * held by another call's restore, with no queue to order; then pinned, used at `clock`, and its pointer
  * written.  False (nothing done) for the general path. */
 static inline bool pin_warm(sw__buf *b, uint64_t clock, sw_devmem *p)
 {
     sw__buf *base = b->base;
     if (__builtin_expect(base->state != SW_RESIDENT || base->moving ||
-                             base->qmask != 0,
+                             base->hold_host || base->qmask != 0,
                          0))
         return false;
     base->pins++;

@@ -80,6 +80,7 @@ SW_API int sw_buffer_expose(sw_buffer *h, sw_devmem *ptr, sw_lease **out)
         sw__pool_put(&sw__lease_pool, l);
         return rc;
     }
+    sw__hold_end_locked(dev, base); /* the consumer may write it */
     if (base->exposed++ == 0)
         sw__lru_remove_locked(dev, base);
     SW__TRACE(dev, SW_TRACE_LEASE, base, base->alloc_size, 0, base->exposed);

@@ -27,7 +27,7 @@ SW_API void sw_order_destroy(sw_order *o)
         return;
     for (int k = 0; k < 2; k++) {
         for (size_t i = 0; i < o->n[k]; i++)
-            sw__event_unref(o->ev[k][i]);
+            sw__event_drop_handle(o->ev[k][i]);
         sw__free(o->ev[k]);
     }
     sw__free(o);
@@ -42,7 +42,7 @@ static void prune(sw_order *o)
             int done = 0;
             (void)sw__event_query(o->ev[k][i], &done);
             if (done)
-                sw__event_unref(o->ev[k][i]);
+                sw__event_drop_handle(o->ev[k][i]);
             else
                 o->ev[k][w++] = o->ev[k][i];
         }
@@ -69,7 +69,7 @@ SW_API int sw_order_add(sw_order *o, sw_event *h, int host_task)
         o->ev[k] = v;
         o->cap[k] = cap;
     }
-    atomic_fetch_add_explicit(&ev->refs, 1, memory_order_relaxed);
+    sw__event_hold_handle(ev); /* sw_order_event hands the handle out */
     o->ev[k][o->n[k]++] = ev;
     return SW_OK;
 }
@@ -115,7 +115,7 @@ SW_API int sw_order_wait(sw_order *o)
             int rc = sw__event_wait(o->ev[k][i]);
             if (first == SW_OK)
                 first = rc;
-            sw__event_unref(o->ev[k][i]);
+            sw__event_drop_handle(o->ev[k][i]);
         }
         o->n[k] = 0;
     }

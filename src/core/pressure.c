@@ -13,20 +13,20 @@
  * one does not run the callbacks again. */
 static _Thread_local bool in_callback;
 
-bool sw__run_callbacks_locked(sw_device *dev, size_t bytes)
+bool sw__run_callbacks_locked(sw_device *dev, size_t bytes, bool last)
 {
     sw__assert_locked(dev);
     if (in_callback)
         return false;
     bool any = false;
-    SW__TRACE(dev, SW_TRACE_PRESSURE_BEGIN, NULL, bytes, 0, 0);
+    SW__TRACE(dev, SW_TRACE_PRESSURE_BEGIN, NULL, bytes, 0, last);
     /* Slots are re-read under the lock each time: a callback may add or
      * remove callbacks while it has the lock released. */
     for (int i = 0; i < SW_MAX_PRESSURE_CALLBACKS; i++) {
         sw__callback cb = dev->callbacks[i];
         if (cb.fn == NULL)
             continue;
-        sw_pressure p = {.dev = dev, .locked = true};
+        sw_pressure p = {.dev = dev, .locked = true, .last = last};
         in_callback = true;
         dev->waiting++; /* the callback may release the lock */
         int freed = cb.fn(dev, &p, bytes, cb.user);
@@ -95,6 +95,11 @@ SW_API void sw_pressure_relock(sw_pressure *p)
         sw__lock(p->dev);
         p->locked = true;
     }
+}
+
+SW_API int sw_pressure_last_chance(const sw_pressure *p)
+{
+    return p != NULL && p->last;
 }
 
 SW_API void sw_pressure_note_gc(sw_pressure *p)

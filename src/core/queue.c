@@ -49,6 +49,7 @@ sw__event *sw__event_new(const sw__backend_ops *ops, sw__bevent *bev)
     e->bev = bev;
     e->done = false;
     e->rc = SW_OK;
+    atomic_store_explicit(&e->handles, 1, memory_order_relaxed);
     atomic_store_explicit(&e->refs, 1, memory_order_release);
     return e;
 }
@@ -67,6 +68,19 @@ void sw__event_unref(sw__event *e)
         sw__b_event_release(e->ops, e->bev);
     e->bev = NULL;
     sw__pool_put(&sw__event_pool, e);
+}
+
+void sw__event_hold_handle(sw__event *e)
+{
+    atomic_fetch_add_explicit(&e->handles, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+}
+
+void sw__event_drop_handle(sw__event *e)
+{
+    if (atomic_fetch_sub_explicit(&e->handles, 1, memory_order_acq_rel) == 1)
+        sw__handle_kill(e);
+    sw__event_unref(e);
 }
 
 /* The event a handle names.  References are atomic, so a release on
@@ -144,7 +158,7 @@ SW_API int sw_event_retain(sw_event *h)
     sw__event *ev;
     int rc = sw__event_check(h, &ev);
     if (rc == SW_OK)
-        atomic_fetch_add_explicit(&ev->refs, 1, memory_order_relaxed);
+        sw__event_hold_handle(ev);
     return rc;
 }
 
@@ -155,7 +169,7 @@ SW_API int sw_event_release(sw_event *h)
     sw__event *ev;
     int rc = sw__event_check(h, &ev);
     if (rc == SW_OK)
-        sw__event_unref(ev);
+        sw__event_drop_handle(ev);
     return rc;
 }
 

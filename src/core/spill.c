@@ -291,7 +291,8 @@ static void xfer_finish_locked(sw_device *dev, sw__buf *base)
         base->lost = true; /* the copy failed on the device: see above */
     if (kind == SW__XFER_RESTORE && rc == SW_OK)
         base->qmask &= ~SW__QMASK_RESTORE; /* landed: nothing to wait for */
-    if (base->state == SW_RESIDENT && base->host != NULL) {
+    if (base->state == SW_RESIDENT && base->host != NULL &&
+        !base->hold_host) {
         /* A restore's source, free now. */
         sw__host_put_locked(dev, base->host, base->host_size,
                             base->host_pinned);
@@ -719,8 +720,20 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
  * Restoring
  * ---------------------------------------------------------------------- */
 
+/* Device memory taken for a restore that did not happen (or was undone)
+ * goes back where it came from: to the cache, or to the backend (in stream
+ * order, as the cache's blocks are handed out), so that a failed call keeps
+ * neither more cached memory nor more device memory than before.  Only if
+ * the backend cannot take it now does it stay cached. */
+static void give_back_locked(sw_device *dev, uintptr_t mem, size_t size,
+                             bool from_cache)
+{
+    if (from_cache || sw__b_free(dev, mem, size) != SW_OK)
+        sw__cache_put_locked(dev, mem, size);
+}
+
 int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
-                       bool prefetch)
+                       bool prefetch, uint32_t hold)
 {
     sw__assert_locked(dev);
     sw__wait_stable_locked(dev, base);
@@ -734,8 +747,16 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
         SW__TRACE(dev, SW_TRACE_PREFETCH, base, base->alloc_size,
                   q ? (uint32_t)q->id : 0, 0);
     uintptr_t mem = 0;
+    bool from_cache = false;
     int rc = sw__obtain_locked(dev, base->size, base->alloc_size, base->tag,
-                               &mem);
+                               &mem, &from_cache);
+    if (rc != SW_OK) {
+        /* A request for device memory that failed for good, as an
+         * allocation's does. */
+        dev->ooms++;
+        if (rc == SW_ERR_OOM && dev->tracing)
+            sw__trace_oom(dev, base->size, base->tag, sw_last_error());
+    }
     double t0 = now_seconds();
     sw__bqueue *cq = copy_queue(dev);
     /* The new memory's earlier users are ordered on the default queue (the
@@ -784,7 +805,7 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
             xfer_unref_locked(dev, x);
         }
         if (mem != 0)
-            sw__cache_put_locked(dev, mem, base->alloc_size);
+            give_back_locked(dev, mem, base->alloc_size, from_cache);
     } else {
         /* A spill still in flight is before this copy on the copy queue:
          * its end is this xfer's concern now. */
@@ -801,14 +822,21 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
             sw__lru_insert_locked(dev, base);
         SW__TRACE(dev, SW_TRACE_RESTORE_BEGIN, base, base->alloc_size,
                   q ? (uint32_t)q->id : 0, prefetch);
+        /* Held: the host copy stays until the call commits (or undoes
+         * this restore, which then copies nothing). */
+        base->hold_host = hold != 0;
+        base->hold_token = hold;
+        base->mem_from_cache = from_cache;
         if (x != NULL) {
             xfer_attach_locked(dev, base, x); /* host back when done */
             if (defer)
                 base->qmask |= SW__QMASK_RESTORE;
         } else {
-            sw__host_put_locked(dev, base->host, base->host_size,
-                                base->host_pinned);
-            base->host = NULL;
+            if (hold == 0) {
+                sw__host_put_locked(dev, base->host, base->host_size,
+                                    base->host_pinned);
+                base->host = NULL;
+            }
             SW__TRACE(dev, SW_TRACE_RESTORE_END, base, base->alloc_size, 0,
                       0);
         }
@@ -819,7 +847,44 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
     return rc;
 }
 
+void sw__unrestore_locked(sw_device *dev, sw__buf *base)
+{
+    sw__assert_locked(dev);
+    assert(base->hold_host && base->pins > 0);
+    /* Its copy in ends first: the host block it reads is the buffer's
+     * copy again, which a free could give back under it. */
+    (void)sw__xfer_wait_locked(dev, base);
+    assert(base->state == SW_RESIDENT && base->host != NULL);
+    base->hold_host = false;
+    sw__lru_remove_locked(dev, base);
+    uintptr_t mem = base->mem;
+    base->mem = 0;
+    base->state = SW_SPILLED;
+    base->qmask &= ~SW__QMASK_RESTORE;
+    dev->in_use -= base->alloc_size;
+    dev->spilled += base->alloc_size;
+    /* In the history as a spill that copied nothing (aux 2). */
+    SW__TRACE(dev, SW_TRACE_SPILL_BEGIN, base, base->alloc_size, 0, 2);
+    SW__TRACE(dev, SW_TRACE_SPILL_END, base, base->alloc_size, 0, 2);
+    give_back_locked(dev, mem, base->alloc_size, base->mem_from_cache);
+}
+
+void sw__hold_end_locked(sw_device *dev, sw__buf *base)
+{
+    sw__assert_locked(dev);
+    if (!base->hold_host)
+        return;
+    base->hold_host = false;
+    /* With its copy in still in flight, its end gives the block back. */
+    if (base->xfer == NULL && base->state == SW_RESIDENT &&
+        base->host != NULL) {
+        sw__host_put_locked(dev, base->host, base->host_size,
+                            base->host_pinned);
+        base->host = NULL;
+    }
+}
+
 int sw__make_resident_locked(sw_device *dev, sw__buf *base)
 {
-    return sw__restore_locked(dev, base, NULL, false);
+    return sw__restore_locked(dev, base, NULL, false, 0);
 }

@@ -618,6 +618,7 @@ typedef struct {
     sw_buffer *victim;
     int calls;
     int nested_rc;
+    int last_calls; /* of them, the ladder's last chance */
 } pressure_state;
 
 static int free_victim(sw_device *dev, sw_pressure *p, size_t bytes,
@@ -625,6 +626,7 @@ static int free_victim(sw_device *dev, sw_pressure *p, size_t bytes,
 {
     pressure_state *st = user;
     st->calls++;
+    st->last_calls += sw_pressure_last_chance(p);
     if (st->victim == NULL)
         return 0;
     /* Unpinning and freeing take the device lock: release ours first. */
@@ -654,13 +656,16 @@ TEST(pressure_callback_frees)
     ASSERT_OK(sw_add_pressure_callback(dev, free_victim, &st, &id));
     ASSERT_GE(id, 0);
     sw_buffer *c = NULL;
-    /* The callback runs but frees nothing: a clean OOM. */
+    /* The callback runs but frees nothing, then once more as the last
+     * step before failing (told so): a clean OOM. */
     ASSERT_ERR(sw_buffer_alloc(dev, S, "c", &c), SW_ERR_OOM);
-    ASSERT_EQ(st.calls, 1);
+    ASSERT_EQ(st.calls, 2);
+    ASSERT_EQ(st.last_calls, 1);
     /* Now it unpins and frees b, which nothing else could move. */
     st.victim = b;
     ASSERT_OK(sw_buffer_alloc(dev, S, "c", &c));
-    ASSERT_EQ(st.calls, 2);
+    ASSERT_EQ(st.calls, 3);
+    ASSERT_EQ(st.last_calls, 1);
     ASSERT_NULL(st.victim);
     sw_memory_info m = test_info(dev);
     ASSERT_UEQ(m.gc_runs, 1);

@@ -25,6 +25,15 @@
     X(host_pool_bound)                                                        \
     X(thread_inflight)                                                        \
     X(thread_spill_of_restoring_buffer)                                       \
+    /* test-contract.c */                                                \
+    X(contract_budget_refusal_keeps_the_cache)                             \
+    X(contract_failed_op_leaves_its_operands)                              \
+    X(contract_failed_prefetch_keeps_nothing)                              \
+    X(contract_used_restore_is_kept)                                       \
+    X(contract_pressure_last_chance)                                       \
+    X(contract_release_host_pool_after_prefetch)                           \
+    X(contract_pending_task_event_released_twice)                          \
+    X(contract_too_large_counts_as_oom)                                    \
     /* test-trace.c */                                                        \
     X(trace_every_kind_replays)                                               \
     X(trace_ring_bound)                                                       \
