@@ -854,6 +854,10 @@ void sw__unrestore_locked(sw_device *dev, sw__buf *base)
     /* Its copy in ends first: the host block it reads is the buffer's
      * copy again, which a free could give back under it. */
     (void)sw__xfer_wait_locked(dev, base);
+    /* Used by another call meanwhile (the wait let the lock go): what it
+     * wrote stays, and so does the restore. */
+    if (!base->hold_host)
+        return;
     assert(base->state == SW_RESIDENT && base->host != NULL);
     base->hold_host = false;
     sw__lru_remove_locked(dev, base);

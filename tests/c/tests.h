@@ -34,6 +34,7 @@
     X(contract_release_host_pool_after_prefetch)                           \
     X(contract_pending_task_event_released_twice)                          \
     X(contract_too_large_counts_as_oom)                                    \
+    X(thread_contract_held_restores)                                       \
     /* test-trace.c */                                                        \
     X(trace_every_kind_replays)                                               \
     X(trace_ring_bound)                                                       \
