@@ -98,13 +98,15 @@ from .plot import plot_memory_history
 # before the interpreter finalizes (they could never get it then).
 _atexit.register(_spillway_atexit)
 
-# Importing spillway never imports Dask.  In a process that has imported
-# distributed already (a Dask worker unpickling its first spillway type, a
-# client), spillway.dask costs nothing more and registers the arrays' sizes
-# and serializers, so that a worker without the plugin still reads what a
-# worker with it sends (docs/dask.md).
-if "distributed" in __import__("sys").modules:
-    from . import dask as _dask  # noqa: F401
+# Importing spillway never imports Dask, not even spillway.dask: it is often
+# imported from inside `import distributed` (the dask.sizeof entry point).
+# The arrays' Dask serializers are registered lazily instead, now or when
+# distributed is imported, so that a worker without the plugin still reads
+# what a worker with it sends (_dask_hook.py, docs/dask.md).
+from ._dask_hook import install as _install_dask_hook
+
+_install_dask_hook()
+del _install_dask_hook
 
 __all__ = [
     "ALLOC_GRANULARITY",
