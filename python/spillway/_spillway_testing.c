@@ -162,6 +162,20 @@ static void cthread_job_free(cthread_job *j)
     free(j);
 }
 
+/* str as a C string, ValueError when a NUL would end it early (as
+ * sw_py_utf8 in the module). */
+static const char *c_string(PyObject *str, const char *what)
+{
+    Py_ssize_t len;
+    const char *s = PyUnicode_AsUTF8AndSize(str, &len);
+    if (s != NULL && strlen(s) != (size_t)len) {
+        PyErr_Format(PyExc_ValueError, "%s must not contain a NUL character",
+                     what);
+        return NULL;
+    }
+    return s;
+}
+
 static PyObject *mod_start_c_thread(PyObject *m, PyObject *args,
                                     PyObject *kwds)
 {
@@ -195,7 +209,7 @@ static PyObject *mod_start_c_thread(PyObject *m, PyObject *args,
                          Py_TYPE(tag_obj)->tp_name);
             return NULL;
         }
-        if ((tag = PyUnicode_AsUTF8(tag_obj)) == NULL)
+        if ((tag = c_string(tag_obj, "tag")) == NULL)
             return NULL;
     }
     if (nbytes < 0 || count < 0 || hold < 0 || hold > CT_MAX_HOLD) {
@@ -360,8 +374,9 @@ static PyObject *mod_inject_fault(PyObject *m, PyObject *args, PyObject *kwds)
                                      &dev_obj, &op_obj, &nth_obj, &pers_obj))
         return NULL;
     testing_state *st = get_state(m);
-    const char *op = PyUnicode_Check(op_obj) ? PyUnicode_AsUTF8(op_obj)
-                                             : NULL;
+    const char *op = PyUnicode_Check(op_obj) ? c_string(op_obj, "op") : NULL;
+    if (op == NULL && PyErr_Occurred())
+        return NULL;
     sw_fault_op fop;
     if (op != NULL && strcmp(op, "alloc") == 0) {
         fop = SW_FAULT_ALLOC;

@@ -119,7 +119,7 @@ DeviceObject *sw_py_device_lookup(sw_py_state *st, PyObject *spec)
             return NULL;
     }
     const char *cspec = NULL;
-    if (spec != NULL && (cspec = PyUnicode_AsUTF8(spec)) == NULL)
+    if (spec != NULL && (cspec = sw_py_utf8(spec, "a device spec")) == NULL)
         return NULL;
     sw_device *dev = NULL;
     int rc;

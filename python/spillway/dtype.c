@@ -218,7 +218,7 @@ int sw_py_parse_dtype(sw_py_state *st, PyObject *obj, sw_dtype *out)
         }
     }
     if (PyUnicode_Check(obj)) {
-        const char *s = PyUnicode_AsUTF8(obj);
+        const char *s = sw_py_utf8(obj, "a dtype name");
         if (s == NULL)
             return -1;
         if (dtype_from_string(s, out) == 0)

@@ -203,7 +203,8 @@ static PyObject *mod_trace_dump(PyObject *m, PyObject *const *args,
     PyObject *path = NULL;
     if (!PyUnicode_FSConverter(v[1], &path))
         return NULL;
-    const char *fmt = PyUnicode_Check(v[2]) ? PyUnicode_AsUTF8(v[2]) : NULL;
+    const char *fmt =
+        PyUnicode_Check(v[2]) ? sw_py_utf8(v[2], "a dump format") : NULL;
     if (fmt == NULL) {
         Py_DECREF(path);
         return PyErr_Occurred() ? NULL

@@ -266,6 +266,10 @@ int sw_py_parse_args(const char *fname, PyObject *const *args,
                      const char *const *names, int nnames, int npos,
                      int nreq, PyObject **out);
 
+/* str's UTF-8, for a C string argument: ValueError naming what (a tag, a
+ * device spec, ...) when it holds a NUL, which would end it early. */
+const char *sw_py_utf8(PyObject *str, const char *what);
+
 /* tag=: a str or None (*tag NULL). */
 int sw_py_parse_tag(PyObject *obj, const char **tag);
 

@@ -23,6 +23,14 @@
  *            all-ones factor, whose product wraps to the negation)
  *   a * s    scale kernel, one rounding; -a is scale by -1 (exact)
  *   a += b   add(a, b, out=a); a -= b axpy(-1, b, a); a *= s scale in place
+ *
+ * Complex -a, a - b and a -= b run those kernels on the parts: the buffer
+ * read as twice as many floats of the part's type, scaled by the real -1.
+ * The complex product by -1 + 0i is not a negation: its 0 * inf terms made
+ * -(inf + 0i) -inf + nan i, and its + 0 terms lost signs of zero
+ * (-(0 + 0i) came out -0 + 0i).  Part by part it is NumPy's negative and
+ * subtract, to the bit but for the sign of a NaN (scaling leaves it;
+ * NumPy's negative flips it).
  */
 #include "array.h"
 #include "dtype.h"
@@ -55,6 +63,28 @@ static ArrayObject *result_like(sw_py_state *st, ArrayObject *a,
     return (ArrayObject *)sw_py_array_alloc(st, a->device, a->dtype,
                                             SW_PY_NDIM(a), a->shape, a->nelem,
                                             tag);
+}
+
+/* The type of a complex dtype's parts when the device computes with it,
+ * else -1 (a real dtype; or a backend that declares complex and not its
+ * parts, which keeps the complex kernels). */
+static int parts_dtype(DeviceObject *d, sw_dtype dt)
+{
+    int r = dt == SW_COMPLEX64    ? SW_FLOAT32
+            : dt == SW_COMPLEX128 ? SW_FLOAT64
+                                  : -1;
+    return r >= 0 && ((d->dtypes >> r) & 1u) ? r : -1;
+}
+
+/* The kernel's dtype, element count and -1 for a negation of a's
+ * elements: over the parts of a complex array (above). */
+static void negation_of(ArrayObject *a, sw_dtype *dt, size_t *n,
+                        sw_scalar *minus_one)
+{
+    int r = parts_dtype(a->device, a->dtype);
+    *dt = r >= 0 ? (sw_dtype)r : a->dtype;
+    *n = r >= 0 ? 2 * a->nelem : a->nelem;
+    *minus_one = sw_py_scalar_minus_one(*dt);
 }
 
 /* out = a + b (out NULL: a new array). */
@@ -97,25 +127,33 @@ static PyObject *do_sub(sw_py_state *st, ArrayObject *a, ArrayObject *b,
             return NULL;
         }
     }
-    sw_py_op op = {.kind = SW_PY_OP_AXPY, .out = out->buf, .a = b->buf,
-                   .s = sw_py_scalar_minus_one(a->dtype), .dtype = a->dtype,
-                   .n = a->nelem};
+    sw_py_op op = {.kind = SW_PY_OP_AXPY, .out = out->buf, .a = b->buf};
+    negation_of(a, &op.dtype, &op.n, &op.s);
     return sw_py_op_done(st, out, sw_py_do_op(st, NULL, &op, NULL, 0));
 }
 
-/* out = s * a (out NULL: a new array). */
-static PyObject *do_scale(sw_py_state *st, ArrayObject *a, sw_scalar s,
-                          ArrayObject *out, const char *tag)
+/* Whether a's device can scale a (the kernel checked before the factor
+ * is: a bool array times 2 is a TypeError for want of a kernel, not a
+ * ValueError for 2 being no truth value). */
+static int scale_check(sw_py_state *st, ArrayObject *a)
 {
-    if (sw_py_array_check_device(a) < 0 ||
-        sw_py_kernel_check(st, a->device, SW_PY_OP_SCALE, a->dtype, a->buf) <
-            0)
-        return NULL;
+    if (sw_py_array_check_device(a) < 0)
+        return -1;
+    return sw_py_kernel_check(st, a->device, SW_PY_OP_SCALE, a->dtype,
+                              a->buf);
+}
+
+/* out = s * a (out NULL: a new array), scale_check()ed; over dt's n
+ * elements of the buffers (negation_of). */
+static PyObject *do_scale(sw_py_state *st, ArrayObject *a, sw_scalar s,
+                          sw_dtype dt, size_t n, ArrayObject *out,
+                          const char *tag)
+{
     out = out ? (ArrayObject *)Py_NewRef(out) : result_like(st, a, tag);
     if (out == NULL)
         return NULL;
     sw_py_op op = {.kind = SW_PY_OP_SCALE, .out = out->buf, .a = a->buf,
-                   .s = s, .dtype = a->dtype, .n = a->nelem};
+                   .s = s, .dtype = dt, .n = n};
     return sw_py_op_done(st, out, sw_py_do_op(st, NULL, &op, NULL, 0));
 }
 
@@ -164,9 +202,11 @@ static PyObject *binary(PyObject *a, PyObject *b, int kind, int inplace)
         return no_scalar_kernel(arr, other, name);
     ArrayObject *x = (ArrayObject *)arr;
     sw_scalar s;
-    if (sw_py_scalar_from_py(other, x->dtype, &s, "the factor") < 0)
+    if (scale_check(st, x) < 0 ||
+        sw_py_scalar_from_py(other, x->dtype, &s, "the factor") < 0)
         return NULL;
-    return do_scale(st, x, s, inplace ? x : NULL, "scale");
+    return do_scale(st, x, s, x->dtype, x->nelem, inplace ? x : NULL,
+                    "scale");
 }
 
 PyObject *sw_py_array_add(PyObject *a, PyObject *b)
@@ -205,7 +245,13 @@ PyObject *sw_py_array_neg(PyObject *a)
     if (st == NULL)
         return NULL;
     ArrayObject *x = (ArrayObject *)a;
-    return do_scale(st, x, sw_py_scalar_minus_one(x->dtype), NULL, "neg");
+    if (scale_check(st, x) < 0)
+        return NULL;
+    sw_dtype dt;
+    size_t n;
+    sw_scalar minus_one;
+    negation_of(x, &dt, &n, &minus_one);
+    return do_scale(st, x, minus_one, dt, n, NULL, "neg");
 }
 
 /* Comparisons would need a kernel spillway does not have, and == must not

@@ -360,11 +360,13 @@ static PyObject *mod_scale(PyObject *m, PyObject *const *args,
     ArrayObject *a = sw_py_array_arg(st, v[0], "scale", "a");
     sw_scalar s;
     QueueObject *q;
+    /* The kernel first: scale of a bool array is a TypeError whatever the
+     * factor (2 is no truth value, but that is not why it fails). */
     if (a == NULL ||
-        sw_py_scalar_from_py(v[1], a->dtype, &s, "scale factor") < 0 ||
-        sw_py_queue_arg(st, v[3], a->device, "scale", &q) < 0 ||
         sw_py_kernel_check(st, a->device, SW_PY_OP_SCALE, a->dtype, a->buf) <
-            0)
+            0 ||
+        sw_py_scalar_from_py(v[1], a->dtype, &s, "scale factor") < 0 ||
+        sw_py_queue_arg(st, v[3], a->device, "scale", &q) < 0)
         return NULL;
     ArrayObject *out = out_arg(st, v[2], a, "scale");
     if (out == NULL)
@@ -389,10 +391,10 @@ static PyObject *mod_axpy(PyObject *m, PyObject *const *args,
         return NULL;
     sw_scalar alpha;
     QueueObject *q;
-    if (sw_py_scalar_from_py(v[0], x->dtype, &alpha, "alpha") < 0 ||
-        sw_py_queue_arg(st, v[3], x->device, "axpy", &q) < 0 ||
-        sw_py_kernel_check(st, x->device, SW_PY_OP_AXPY, x->dtype, x->buf) <
-            0)
+    if (sw_py_kernel_check(st, x->device, SW_PY_OP_AXPY, x->dtype, x->buf) <
+            0 ||
+        sw_py_scalar_from_py(v[0], x->dtype, &alpha, "alpha") < 0 ||
+        sw_py_queue_arg(st, v[3], x->device, "axpy", &q) < 0)
         return NULL;
     sw_py_op op = {.kind = SW_PY_OP_AXPY, .out = y->buf, .a = x->buf,
                    .s = alpha, .dtype = x->dtype, .n = x->nelem};

@@ -107,10 +107,14 @@ PyObject *sw_py_array_deepcopy(ArrayObject *a, PyObject *memo)
 }
 
 /* The device to unpickle on: spec's when this process has it, else the
- * default device.  New reference. */
+ * default device.  New reference.  A spec with a NUL is no spec any
+ * spillway pickled (corrupt data, ValueError), not a device this process
+ * lacks. */
 static DeviceObject *unpickle_device(sw_py_state *st, PyObject *spec)
 {
     if (PyUnicode_Check(spec)) {
+        if (sw_py_utf8(spec, "the pickled device spec") == NULL)
+            return NULL;
         DeviceObject *d = sw_py_device_lookup(st, spec);
         if (d != NULL || !PyErr_ExceptionMatches(PyExc_ValueError))
             return d;

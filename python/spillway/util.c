@@ -6,6 +6,7 @@
 #include "module.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 int64_t sw_py_now_ns(void)
@@ -142,6 +143,25 @@ int sw_py_parse_args(const char *fname, PyObject *const *args,
     return 0;
 }
 
+/* The library takes C strings, which end at the first NUL: "sim:0\0x"
+ * would open sim:0, a budget of "512M\0junk" be 512 MiB, a tag "a\0b"
+ * become "a".  PyUnicode_AsUTF8 hands such a string over silently; the
+ * length it reports tells. */
+const char *sw_py_utf8(PyObject *str, const char *what)
+{
+    Py_ssize_t len;
+    const char *s = PyUnicode_AsUTF8AndSize(str, &len);
+    if (s == NULL)
+        return NULL;
+    if (strlen(s) != (size_t)len) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s must not contain a NUL character ('\\x00'): %R",
+                     what, str);
+        return NULL;
+    }
+    return s;
+}
+
 int sw_py_parse_tag(PyObject *obj, const char **tag)
 {
     *tag = NULL;
@@ -152,7 +172,7 @@ int sw_py_parse_tag(PyObject *obj, const char **tag)
                      Py_TYPE(obj)->tp_name);
         return -1;
     }
-    *tag = PyUnicode_AsUTF8(obj);
+    *tag = sw_py_utf8(obj, "a tag");
     return *tag ? 0 : -1;
 }
 

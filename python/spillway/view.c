@@ -146,6 +146,19 @@ static int index_kind_error(PyObject *k)
     return -1;
 }
 
+/* A bool is an int to PyIndex_Check, and was read as row 0 or 1; to NumPy
+ * it is a mask (a[True] adds an axis, a[False] selects nothing), which is
+ * advanced indexing: refused as such. */
+static int index_bool_error(PyObject *k)
+{
+    PyErr_Format(PyExc_TypeError,
+                 "a bool (%R) is not a valid index: NumPy reads it as a "
+                 "mask, which is advanced indexing, and spillway has none "
+                 "(use an integer, a slice, '...' or None)",
+                 k);
+    return -1;
+}
+
 /* key -> the result's place in a: its offset, shape and strides. */
 static int index_parse(ArrayObject *a, PyObject *key, sw_py_index *ix)
 {
@@ -173,6 +186,8 @@ static int index_parse(ArrayObject *a, PyObject *key, sw_py_index *ix)
         } else if (PySlice_Check(k)) {
             consuming++;
             slices++;
+        } else if (PyBool_Check(k)) {
+            return index_bool_error(k);
         } else if (PyIndex_Check(k) && !PyFloat_Check(k) &&
                    !PySequence_Check(k)) { /* a NumPy array has __index__ */
             consuming++;
@@ -475,13 +490,18 @@ PyObject *sw_py_array_get_T(ArrayObject *a, void *c)
         shape[i] = a->shape[ndim - 1 - i];
         longer += a->shape[i] > 1;
     }
-    if (longer <= 1 || a->nelem == 0) { /* the same bytes in the same order */
+    if (longer <= 1) { /* the same bytes in the same order */
         int rc;
         NOGIL(rc = sw_buffer_retain(a->buf));
         if (rc != SW_OK)
             return sw_py_raise(st, rc);
         return sw_py_array_wrap_view(st, a, a->buf, ndim, shape, a->nelem);
     }
+    /* A copy, as for any shape with two axes longer than 1, empty or not:
+     * what a.T is should not depend on the size (nothing to move here). */
+    if (a->nelem == 0)
+        return sw_py_array_alloc(st, a->device, a->dtype, ndim, shape, 0,
+                                 "T");
     unsigned char *src = sw_py_array_read_all(st, a);
     if (src == NULL)
         return NULL;

@@ -266,3 +266,169 @@ def test_injected_allocation_failure(sim):
     finally:
         _testing.inject_fault(sim, "alloc", 0)
     sw.empty(1 << 20, device=sim)
+
+
+# -- bool keys: a mask to NumPy (advanced indexing), never row 0 or 1 --------
+
+@pytest.mark.parametrize("key", [True, False, (1, True), (True, 0),
+                                 (Ellipsis, False), (None, True),
+                                 np.True_])
+def test_bool_keys_are_refused(dev, key):
+    m = sw.asarray(np.arange(6, dtype=np.float32).reshape(3, 2))
+    v = sw.asarray(np.arange(4, dtype=np.float32))
+    with pytest.raises(TypeError, match="bool|valid ind"):
+        m[key]
+    with pytest.raises(TypeError, match="bool|valid ind"):
+        v[key]
+    with pytest.raises(TypeError, match="bool|valid ind"):
+        sw.zeros(())[key]
+    with pytest.raises(TypeError, match="bool|valid ind"):
+        v[key] = 7
+    with pytest.raises(TypeError, match="bool|valid ind"):
+        m[key] = 7
+    assert v.numpy().tolist() == [0, 1, 2, 3]
+    assert m.numpy().tolist() == [[0, 1], [2, 3], [4, 5]]
+    assert m[1, 1] == 3.0 and v[1] == 1.0  # integers still index
+
+
+# -- bool arrays have no arithmetic: TypeError whatever the scalar ------------
+
+@pytest.mark.parametrize("s", [2, 0, 1, True, 0.5, -1])
+def test_bool_arithmetic_is_a_type_error_whatever_the_scalar(dev, s):
+    bo = sw.asarray(np.array([True, False, True]))
+    allocs = sw.memory_info(dev).allocs
+    for op in [lambda: bo * s, lambda: s * bo, lambda: sw.scale(bo, s),
+               lambda: sw.scale(bo, s, out=bo), lambda: sw.axpy(s, bo, bo)]:
+        with pytest.raises(TypeError, match="bool"):
+            op()
+    with pytest.raises(TypeError, match="bool"):
+        b = bo
+        b *= s
+    for op in [lambda: -bo, lambda: bo - bo, lambda: bo + bo]:
+        with pytest.raises(TypeError, match="bool"):
+            op()
+    assert sw.memory_info(dev).allocs == allocs
+    assert bo.numpy().tolist() == [True, False, True]
+
+
+# -- embedded NULs: the library takes C strings, which would end there --------
+
+def _nul_calls(dev):
+    a = sw.zeros(2, device=dev)
+    spec = dev.name + "\x00x"
+    return {
+        "dtype": lambda: sw.empty(2, dtype="float32\x00x", device=dev),
+        "dtype-zeros": lambda: sw.zeros(2, dtype="int32\x00", device=dev),
+        "astype": lambda: a.astype("float64\x00junk"),
+        "device": lambda: sw.empty(2, device=spec),
+        "device-asarray": lambda: sw.asarray(np.ones(2), device=spec),
+        "Device": lambda: sw.Device(spec),
+        "Queue": lambda: sw.Queue(spec),
+        "memory_info": lambda: sw.memory_info(spec),
+        "tag-empty": lambda: sw.empty(2, device=dev, tag="a\x00b"),
+        "tag-full": lambda: sw.full(2, 1.0, device=dev, tag="\x00"),
+        "tag-asarray": lambda: sw.asarray(np.ones(2), device=dev,
+                                          tag="a\x00b"),
+        "tag-from_dlpack": lambda: sw.from_dlpack(np.ones(2), device=dev,
+                                                  tag="a\x00b"),
+        "budget": lambda: sw.set_memory_budget("512M\x00junk", dev),
+        "budget-tail": lambda: sw.set_memory_budget("16K\x00", dev),
+        "host_pool": lambda: sw.set_host_pool_limit("1M\x00x", dev),
+        "history-path": lambda: sw.dump_memory_history("x\x00y.json", dev),
+        "history-device": lambda: sw.dump_memory_history("x.json", spec),
+        "unpickle-dtype": lambda: sw._spillway._rebuild_array(
+            1, "float32\x00", (2,), dev.name, None, bytes(8)),
+        "unpickle-device": lambda: sw._spillway._rebuild_array(
+            1, "float32", (2,), spec, None, bytes(8)),
+        "unpickle-tag": lambda: sw._spillway._rebuild_array(
+            1, "float32", (2,), dev.name, "a\x00b", bytes(8)),
+        "testing-op": lambda: _testing.inject_fault(dev, "alloc\x00x", 1),
+    }
+
+
+NUL_CALLS = ["dtype", "dtype-zeros", "astype", "device", "device-asarray",
+             "Device", "Queue", "memory_info", "tag-empty", "tag-full",
+             "tag-asarray", "tag-from_dlpack", "budget", "budget-tail",
+             "host_pool", "history-path", "history-device",
+             "unpickle-dtype", "unpickle-device", "unpickle-tag",
+             "testing-op"]
+
+
+def test_every_nul_call_is_tested(dev):
+    assert sorted(_nul_calls(dev)) == sorted(NUL_CALLS)
+
+
+@pytest.mark.parametrize("what", NUL_CALLS)
+def test_embedded_nul_is_a_value_error(dev, what):
+    """"512M\\0junk" was 512 MiB, "float32\\0x" float32, "sim:0\\0x"
+    sim:0 and the tag "a\\0b" "a": each is ValueError, and changes
+    nothing."""
+    call = _nul_calls(dev)[what]
+    sw.set_memory_budget(1 << 20, dev)
+    limit = sw.memory_stats(dev)["host_pool_limit"]
+    allocs = sw.memory_info(dev).allocs
+    try:
+        with pytest.raises(ValueError, match="NUL|null"):
+            call()
+        assert sw.memory_info(dev).allocs == allocs
+        assert sw.get_memory_budget(dev) == 1 << 20
+        assert sw.memory_stats(dev)["host_pool_limit"] == limit
+    finally:
+        sw.set_memory_budget(None, dev)
+
+
+# -- size strings: bytes exactly, or refused ----------------------------------
+
+SIZES = {"4096": 4096, "512K": 512 << 10, "512 KiB": 512 << 10,
+         "1.5G": 3 << 29, "1.5 GiB": 3 << 29, "0.5K": 512, "0.25k": 256,
+         " 64mb ": 64 << 20, "2.0M": 2 << 20, "3.000": 3, "4096B": 4096,
+         "0.0009765625M": 1024,
+         # 2**-20 M: a fraction longer than the library keeps
+         "0.00000095367431640625M": 1,
+         "16383.9990234375K": (16 << 20) - 1}
+NOT_SIZES = ["0.5", "1.5", "1.5B", "0.3K", "1.3K", "0.05K", "2.5 bytes",
+             "-1", "+1", "", " ", "1e3", "0x10", ".5K", "1.", "nan", "inf",
+             "99999999999999999999G", "18446744073709551616",
+             "16777216T", "1.5 X", "512M of it", "٥"]
+
+
+@pytest.mark.parametrize("text", sorted(SIZES))
+def test_size_strings_are_bytes(dev, text):
+    limit = sw.memory_stats(dev)["host_pool_limit"]
+    try:
+        sw.set_memory_budget(text, dev)
+        assert sw.get_memory_budget(dev) == SIZES[text]
+        sw.set_host_pool_limit(text, dev)
+        assert sw.memory_stats(dev)["host_pool_limit"] == SIZES[text]
+    finally:
+        sw.set_memory_budget(None, dev)
+        sw.set_host_pool_limit(limit, dev)
+
+
+@pytest.mark.parametrize("text", NOT_SIZES)
+def test_strings_that_are_not_whole_bytes_are_refused(dev, text):
+    """"0.5" was no budget at all (0 bytes) and "1.5" one byte, while the
+    float 0.5 is half the device: a string is bytes exactly, or refused,
+    and the settings stay as they were."""
+    sw.set_memory_budget(1 << 20, dev)
+    limit = sw.memory_stats(dev)["host_pool_limit"]
+    try:
+        with pytest.raises(ValueError):
+            sw.set_memory_budget(text, dev)
+        assert sw.get_memory_budget(dev) == 1 << 20
+        with pytest.raises(ValueError):
+            sw.set_host_pool_limit(text, dev)
+        assert sw.memory_stats(dev)["host_pool_limit"] == limit
+    finally:
+        sw.set_memory_budget(None, dev)
+
+
+@pytest.mark.parametrize("value", [np.float32(0.5), np.float16(1.0), 0.5,
+                                   None, True, 2j])
+def test_host_pool_limit_takes_bytes_only(dev, value):
+    """A NumPy float is no Python float: it read as a fraction of the
+    device (np.float32(0.5): half the device's memory as a host bound)."""
+    limit = sw.memory_stats(dev)["host_pool_limit"]
+    with pytest.raises(TypeError):
+        sw.set_host_pool_limit(value, dev)
+    assert sw.memory_stats(dev)["host_pool_limit"] == limit

@@ -44,6 +44,58 @@ def test_subtraction_rounds_once(dev):
         assert np.array_equal(got, x - y)
 
 
+SPECIAL = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1.5, -2.25, 3e38]
+
+
+def special_values(dt, shift=0):
+    """Every pair of SPECIAL as the parts of a complex array (built part
+    by part: 1j * inf is nan + inf j), or SPECIAL itself for a real one."""
+    n = len(SPECIAL)
+    if np.dtype(dt).kind != "c":
+        return np.roll(np.array(SPECIAL * n, dt), shift)
+    out = np.empty(n * n, dt)
+    out.real = np.repeat(SPECIAL, n)
+    out.imag = np.tile(SPECIAL, n)
+    return np.roll(out, shift)
+
+
+def same_bits(got, want):
+    """Equal to the bit, signs of zero included; a NaN matches any NaN
+    (scaling by -1 keeps a NaN's sign, NumPy's negative flips it)."""
+    parts = [np.ascontiguousarray(x).reshape(-1) for x in (got, want)]
+    g, w = [x.view(x.real.dtype) if x.dtype.kind == "c" else x
+            for x in parts]
+    nan = np.isnan(w)
+    return (g.shape == w.shape and np.array_equal(np.isnan(g), nan) and
+            g[~nan].tobytes() == w[~nan].tobytes())
+
+
+@pytest.mark.parametrize("dt", ["complex64", "complex128", "float32",
+                                "float64"])
+def test_negation_and_subtraction_are_exact(dev, dt):
+    """-b, a - b and a -= b are NumPy's negative and subtract, part by part,
+    to the bit: -(inf + 0j) is -inf - 0j, not the product by -1 + 0j
+    (-inf + nan j), and -(0 + 0j) is -0 - 0j."""
+    if not dev.supports(dt):
+        pytest.skip(f"{dev.name} does not compute with {dt}")
+    x, y = special_values(dt, 5), special_values(dt)
+    a, b = sw.asarray(x, device=dev), sw.asarray(y, device=dev)
+    with np.errstate(all="ignore"):
+        neg, sub, rsub = -y, x - y, y - x
+    assert same_bits((-b).numpy(), neg), ((-b).numpy(), neg)
+    assert same_bits((a - b).numpy(), sub)
+    assert same_bits((b - a).numpy(), rsub)
+    keep = a
+    a -= b
+    assert a is keep and same_bits(a.numpy(), sub)
+    assert same_bits(b.numpy(), y)  # the operand is untouched
+    # Through views, and of one array with itself.
+    m = sw.asarray(np.stack([x, y]), device=dev)
+    assert same_bits((-m[1]).numpy(), neg)
+    with np.errstate(all="ignore"):
+        assert same_bits((b - b).numpy(), y - y)
+
+
 def test_in_place(dev):
     x, y = f32(4), f32(4, start=1)
     a, b = sw.asarray(x, device=dev), sw.asarray(y, device=dev)
@@ -244,6 +296,18 @@ def test_transpose(dev):
                     device=dev)
     assert bf.T.astype("float32").numpy().tolist() == \
         np.arange(6.0).reshape(2, 3).T.tolist()
+
+
+def test_transpose_of_an_empty_array_is_a_copy(dev):
+    """Two axes longer than 1: a copy tagged "T", as for any array of that
+    shape (it was a view with its base's tag when it had no elements)."""
+    e = sw.empty((0, 2, 3), device=dev, tag="base")
+    t = e.T
+    assert t.shape == (3, 2, 0) and t.tag == "T"
+    assert t.numpy().shape == (3, 2, 0)
+    tags = sorted(b["tag"] for b in sw.memory_snapshot(dev))
+    assert tags == ["T", "base"]
+    assert sw.empty((2, 0), device=dev, tag="v").T.tag == "v"  # one axis: a view
 
 
 def test_a_spilled_array_transposes_and_copies_from_its_host_copy(sim):
