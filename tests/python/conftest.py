@@ -110,6 +110,12 @@ def _names_testing(func):
             if name in ("_testing", "_spillway_testing") or \
                     getattr(glb.get(name), "_sw_needs_testing", False):
                 return True
+        # Code run in a subprocess (run_python's source strings) too.
+        if any(isinstance(c, str) and ("import _testing" in c or
+                                       "spillway._testing" in c or
+                                       "_spillway_testing" in c)
+               for c in co.co_consts):
+            return True
         todo.extend(c for c in co.co_consts if isinstance(c, types.CodeType))
     return False
 
