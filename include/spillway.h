@@ -103,9 +103,10 @@ SW_API const char *sw_last_error(void);
 
 /* Parse a byte count with an optional binary unit: "1048576", "512K",
  * "512M", "512MiB", "64mb", "1.5G", "2 GiB" (K, M, G, T, P are powers of
- * 1024; a fraction of a byte is dropped).  Signs, empty strings, unknown
- * units and values past 2^64 - 1 are SW_ERR_INVALID_ARG with a message that
- * quotes the input.  The CLI, the Python module and the SPILLWAY_*
+ * 1024), exactly: it must come to a whole number of bytes ("0.5K" is 512;
+ * "0.5", "1.5" and "0.3K" are refused, never rounded to 0, 1 or 307).
+ * Signs, empty strings, unknown units, fractions of a byte and values past
+ * 2^64 - 1 are SW_ERR_INVALID_ARG with a message that quotes the input.  The CLI, the Python module and the SPILLWAY_*
  * settings all read sizes through this one function. */
 SW_API int sw_parse_size(const char *s, uint64_t *out);
 

@@ -6,7 +6,6 @@
  */
 #include "device.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <string.h>
 
@@ -78,85 +77,20 @@ static int budget_from_fraction(sw_py_state *st, PyObject *obj,
     return 0;
 }
 
-/* A size string, read by the library's sw_parse_size (digits, an optional
- * fraction, an optional binary unit: "512M", "1.5GiB", "4096"), which must
- * come to a whole number of bytes.  The library drops a fraction of a
- * byte, so "0.5" read as 0 -- no budget at all -- and "1.5" as one byte,
- * where the float 0.5 is half the device: a string is bytes, exactly, or
- * it is refused.  The fraction D / 10^k (D without trailing zeros) times
- * 2^shift is whole when D / 5^k is (then odd, so k <= shift); it is then
- * D / 5^k * 2^(shift - k), computed here exactly (the library keeps only
- * the first 13 digits of a fraction). */
+/* A size string, read by the library's sw_parse_size: whole bytes
+ * ("512M", "1.5GiB", "4096") or ValueError -- "0.5" is no fraction of the
+ * device (the float 0.5 is), nor 0 bytes. */
 static int size_from_string(sw_py_state *st, PyObject *obj, uint64_t *out)
 {
     const char *s = sw_py_utf8(obj, "a size");
     if (s == NULL)
         return -1;
-    uint64_t v = 0;
     int rc;
-    NOGIL(rc = sw_parse_size(s, &v));
+    NOGIL(rc = sw_parse_size(s, out));
     if (rc != SW_OK) {
         sw_py_raise(st, rc);
         return -1;
     }
-    /* The library took it: its syntax is known good from here on. */
-    const char *p = s;
-    while (isspace((unsigned char)*p))
-        p++;
-    uint64_t whole = 0;
-    for (; isdigit((unsigned char)*p); p++)
-        whole = whole * 10 + (uint64_t)(*p - '0'); /* fits: checked above */
-    if (*p != '.') {
-        *out = v;
-        return 0;
-    }
-    const char *frac = ++p;
-    while (isdigit((unsigned char)*p))
-        p++;
-    size_t k = (size_t)(p - frac);
-    while (k > 0 && frac[k - 1] == '0')
-        k--;
-    while (*p == ' ')
-        p++;
-    unsigned shift = 0;
-    switch (toupper((unsigned char)*p)) {
-    case 'K': shift = 10; break;
-    case 'M': shift = 20; break;
-    case 'G': shift = 30; break;
-    case 'T': shift = 40; break;
-    case 'P': shift = 50; break;
-    default: break;
-    }
-    int exact = k <= shift;
-    unsigned char dig[64]; /* k <= shift <= 50 */
-    uint64_t q = 0;
-    for (size_t j = 0; exact && j < k; j++)
-        dig[j] = (unsigned char)(frac[j] - '0');
-    for (size_t r = 0; exact && r < k; r++) { /* D /= 5, k times */
-        unsigned rem = 0;
-        for (size_t j = 0; j < k; j++) {
-            unsigned cur = rem * 10 + dig[j];
-            dig[j] = (unsigned char)(cur / 5);
-            rem = cur % 5;
-        }
-        exact = rem == 0;
-    }
-    for (size_t j = 0; exact && j < k; j++)
-        q = q * 10 + dig[j]; /* D / 5^k < 2^k */
-    if (!exact) {
-        PyErr_Format(PyExc_ValueError,
-                     "a size string is a whole number of bytes, and %R is "
-                     "not (a fraction of a byte): give bytes (\"512M\", "
-                     "\"1.5G\", \"4096\")%s",
-                     obj,
-                     shift == 0 ? "; a fraction of the device is a float "
-                                  "(0.5), where one is taken"
-                                : "");
-        return -1;
-    }
-    /* No overflow: whole << shift passed the library's check, and the
-     * fraction adds less than 2^shift. */
-    *out = (whole << shift) + (q << (shift - k));
     return 0;
 }
 

@@ -76,10 +76,11 @@ void sw__error_append(const char *fmt, ...)
  * Sizes
  * ---------------------------------------------------------------------- */
 
-/* Digits with an optional fraction ("1.5"), as a value in units of
- * 2^-20 so that "1.5G" is exact; -1 when there are no digits or the value
- * cannot be represented. */
-static int parse_fixed(const char **sp, uint64_t *whole, uint64_t *frac20)
+/* Digits with an optional fraction ("1.5"): the whole part, and the
+ * fraction's digits without their trailing zeros (*frac, *nfrac); -1 when
+ * there are no digits or the whole part passes 2^64 - 1. */
+static int parse_fixed(const char **sp, uint64_t *whole, const char **frac,
+                       size_t *nfrac)
 {
     const char *s = *sp;
     if (!isdigit((unsigned char)*s))
@@ -91,24 +92,53 @@ static int parse_fixed(const char **sp, uint64_t *whole, uint64_t *frac20)
             return -1;
         w = w * 10 + d;
     }
-    /* The fraction in units of 2^-20, rounded down: enough for any unit
-     * from K up (a fraction of a byte is dropped). */
-    uint64_t f = 0;
+    *frac = NULL;
+    *nfrac = 0;
     if (*s == '.') {
         s++;
         if (!isdigit((unsigned char)*s))
             return -1;
-        uint64_t num = 0, den = 1;
-        for (; isdigit((unsigned char)*s); s++)
-            if (den <= UINT64_C(1000000000000)) {
-                num = num * 10 + (uint64_t)(*s - '0');
-                den *= 10;
-            }
-        f = (num << 20) / den;
+        *frac = s;
+        while (isdigit((unsigned char)*s))
+            s++;
+        size_t k = (size_t)(s - *frac);
+        while (k > 0 && (*frac)[k - 1] == '0')
+            k--;
+        *nfrac = k;
     }
     *sp = s;
     *whole = w;
-    *frac20 = f;
+    return 0;
+}
+
+/* The bytes of the fraction 0.D (its k digits, no trailing zero) of a unit
+ * of 2^shift bytes, when they are whole: D / 10^k * 2^shift is D / 5^k *
+ * 2^(shift - k), whole exactly when k <= shift and 5^k divides D (D then
+ * has no factor 2 left, ending in a digit other than 0).  Exact for any
+ * number of digits: D is divided by 5, k times, digit by digit.  -1 when
+ * it is not whole. */
+static int fraction_bytes(const char *frac, size_t k, unsigned shift,
+                          uint64_t *out)
+{
+    if (k > shift)
+        return -1; /* k <= shift <= 50 from here on */
+    unsigned char dig[64];
+    for (size_t j = 0; j < k; j++)
+        dig[j] = (unsigned char)(frac[j] - '0');
+    for (size_t r = 0; r < k; r++) {
+        unsigned rem = 0;
+        for (size_t j = 0; j < k; j++) {
+            unsigned cur = rem * 10 + dig[j];
+            dig[j] = (unsigned char)(cur / 5);
+            rem = cur % 5;
+        }
+        if (rem != 0)
+            return -1;
+    }
+    uint64_t q = 0;
+    for (size_t j = 0; j < k; j++)
+        q = q * 10 + dig[j]; /* D / 5^k < 2^k */
+    *out = q << (shift - k);
     return 0;
 }
 
@@ -121,8 +151,10 @@ SW_API int sw_parse_size(const char *s, uint64_t *out)
     const char *p = s;
     while (isspace((unsigned char)*p))
         p++;
-    uint64_t whole, frac;
-    if (parse_fixed(&p, &whole, &frac) != 0)
+    uint64_t whole;
+    const char *frac;
+    size_t nfrac;
+    if (parse_fixed(&p, &whole, &frac, &nfrac) != 0)
         goto bad;
     while (*p == ' ')
         p++;
@@ -147,8 +179,15 @@ SW_API int sw_parse_size(const char *s, uint64_t *out)
         goto bad;
     if (whole > (UINT64_MAX >> shift))
         goto bad;
-    uint64_t v = whole << shift;
-    uint64_t extra = shift >= 20 ? frac << (shift - 20) : frac >> (20 - shift);
+    uint64_t v = whole << shift, extra = 0;
+    /* A size is whole bytes or refused: dropping the fraction made "0.5"
+     * no bytes at all -- no budget -- and "1.5" one byte. */
+    if (fraction_bytes(frac, nfrac, shift, &extra) != 0)
+        return sw__errorf(SW_ERR_INVALID_ARG,
+                          "cannot read \"%s\" as a size: it is not a whole "
+                          "number of bytes (a fraction of a byte); give "
+                          "bytes, e.g. \"512M\", \"1.5G\" or \"4096\"",
+                          s);
     if (extra > UINT64_MAX - v)
         goto bad;
     *out = v + extra;

@@ -598,6 +598,11 @@ TEST(parse_size)
         {"1P", UINT64_C(1) << 50},
         {"15P", UINT64_C(15) << 50},
         {"18446744073709551615", UINT64_MAX},
+        {"3.000", 3},
+        {"2.0M", UINT64_C(2) << 20},
+        /* 2^-20 M, 2^14 K - 2^-10 K: fractions longer than 13 digits */
+        {"0.00000095367431640625M", 1},
+        {"16383.9990234375K", (UINT64_C(16) << 20) - 1},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         uint64_t v = 1;
@@ -607,7 +612,10 @@ TEST(parse_size)
     const char *bad[] = {"",        " ",      "-1",   "+1",  "M",
                          "1X",      "1.",     ".5M",  "1KK", "1 2",
                          "16384P",  "18446744073709551616", "1e9",
-                         "0x10",    "1MiBs"};
+                         "0x10",    "1MiBs",
+                         /* not whole bytes */
+                         "0.5",     "1.5",    "1.5B", "0.3K", "0.05K",
+                         "0.000000953674316406251M"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint64_t v = 7;
         ASSERT_ERR(sw_parse_size(bad[i], &v), SW_ERR_INVALID_ARG);
