@@ -34,6 +34,7 @@ import gc
 import inspect
 import os
 import pathlib
+import re
 import sys
 import types
 
@@ -97,6 +98,12 @@ except ImportError:
     HAVE_TESTING = False
 
 
+# An import of a test-only module in source text.
+_IMPORTS_TESTING = re.compile(r"^\s*(from\s+spillway\s+import\s.*\b_testing\b"
+                              r"|import\s+spillway\._(spillway_)?testing\b)",
+                              re.M)
+
+
 def _names_testing(func):
     """Whether func's code (nested functions included) names a test-only
     module or something imported from one."""
@@ -111,9 +118,7 @@ def _names_testing(func):
                     getattr(glb.get(name), "_sw_needs_testing", False):
                 return True
         # Code run in a subprocess (run_python's source strings) too.
-        if any(isinstance(c, str) and ("import _testing" in c or
-                                       "spillway._testing" in c or
-                                       "_spillway_testing" in c)
+        if any(isinstance(c, str) and _IMPORTS_TESTING.search(c)
                for c in co.co_consts):
             return True
         todo.extend(c for c in co.co_consts if isinstance(c, types.CodeType))
@@ -132,8 +137,10 @@ def pytest_collection_modifyitems(config, items):
     package, so are those that name the test-only module."""
     if not HAVE_TESTING:
         needs = pytest.mark.skip(reason=NEEDS_TESTING)
-        for item in items:
-            if _names_testing(getattr(item, "function", None)):
+        here = pathlib.Path(__file__).parent
+        for item in items:  # this folder's (tests/installed runs alongside)
+            if here in pathlib.Path(item.path).parents and \
+                    _names_testing(getattr(item, "function", None)):
                 item.add_marker(needs)
     name = spillway.Device().name
     if not name.startswith("host:"):
