@@ -20,16 +20,17 @@
  *       fit together likewise): it changed nothing -- no buffer moved, the
  *       cache and the host pool are as they were;
  *     - SW_ERR_OOM after the allocation ladder, SW_ERR_HOST_OOM,
- *       SW_ERR_DEVICE: the buffers the call was given are where they were
- *       (restores it made for some of them are undone when another cannot
- *       come back, copying nothing: their host copies were kept until all
- *       were in) and it keeps no device memory it took for them (a block
- *       goes back to the cache it came from, or to the device).  What it
+ *       SW_ERR_DEVICE: the buffers the call was given hold their data and
+ *       are where they were, except that one it brought back before
+ *       another could not come back stays resident (a later argument is
+ *       never spilled to make room for an earlier one), and it keeps no
+ *       device memory it took for the one that failed (a block goes back
+ *       to the cache it came from, or to the device).  What it
  *       did to make room may stay done: other buffers spilled (intact;
  *       each comes back at its next device use), cached blocks given back
  *       to the device, the pressure callbacks run.
- *    Counters count what happened (ooms, alloc_retries, gc_runs, and the
- *    copies of an undone restore in restores and restored_bytes_total);
+ *    Counters count what happened (ooms, alloc_retries, gc_runs, restores
+ *    and restored_bytes_total);
  *    peak may have risen.
  *  - Results come back through trailing out-parameters, which are set to
  *    NULL/0 when the call fails.

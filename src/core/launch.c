@@ -53,6 +53,7 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
     bool checked_fit = false;
     bool restored = false;
     uint32_t token = 0;
+    size_t guard = n; /* bufs[guard..n) hold a guard pin */
     size_t i;
     for (i = from; i < n; i++) {
         sw__buf *b = bufs[i], *base = b->base;
@@ -65,6 +66,14 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
                 if (++dev->hold_seq == 0)
                     dev->hold_seq = 1; /* 0 is "no hold" */
                 token = dev->hold_seq;
+                /* The arguments after this one are pinned too until the
+                 * end, so that making room for this one never spills
+                 * them: a later one it spilled would have to come back in
+                 * turn (copies for nothing), and if that failed the call
+                 * would fail with an operand it never had to move moved. */
+                guard = i + 1;
+                for (size_t j = guard; j < n; j++)
+                    bufs[j]->base->pins++;
             }
             base->pins++;
             rc = sw__restore_locked(dev, base, NULL, false, token);
@@ -72,6 +81,11 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
                 sw__unpin_locked(dev, base);
                 break;
             }
+            /* It may have been another call's restore, in flight, that
+             * this one waited for: held by that call, which would undo it
+             * if it failed, and with it what this use writes. */
+            if (base->hold_host && base->hold_token != token)
+                sw__hold_end_locked(dev, base);
         } else {
             /* Another call's restore, held: this use may write it, and
              * what it writes must not be undone. */
@@ -92,17 +106,28 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
         }
     }
     if (rc != SW_OK) {
-        /* Undone before any unpin: each is still pinned (a view and its
-         * base in one set are undone once: the first clears the hold). */
+        /* The restores this call made stay: their buffers are resident
+         * with their data, and their holds end here.  (Undoing them,
+         * sw__unrestore_locked, lost writes under concurrency: the soak,
+         * 4 threads on sim:0 with every command queued, found a buffer
+         * whose bytes went back to an older host copy in about one run
+         * of two.  Until that window is found, a failed call may leave
+         * an operand it brought back resident, never its data changed.) */
         for (size_t j = 0; token != 0 && j < i; j++) {
             sw__buf *base = bufs[j]->base;
             if (base->hold_host && base->hold_token == token)
-                sw__unrestore_locked(dev, base);
+                sw__hold_end_locked(dev, base);
         }
         while (i-- > 0)
             sw__unpin_locked(dev, bufs[i]->base);
+        for (size_t j = guard; j < n; j++)
+            sw__unpin_locked(dev, bufs[j]->base);
         return rc;
     }
+    /* Each argument now holds its own pin: the guards go (no release:
+     * each base is pinned). */
+    for (size_t j = guard; j < n; j++)
+        bufs[j]->base->pins--;
     for (i = 0; token != 0 && i < n; i++) {
         sw__buf *base = bufs[i]->base;
         if (base->hold_host && base->hold_token == token)
@@ -748,12 +773,18 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
     if (slot < 0) {
         /* Every scratch slot is busy (many concurrent sums): use a
          * temporary buffer, which is accounted like any other.  The lock
-         * was released meanwhile, so the operand is checked again. */
+         * was released meanwhile, so the operand is checked again.  It
+         * stays pinned meanwhile: making room for the temporary must not
+         * spill it (if it then could not come back, the failed sum would
+         * have moved it). */
+        sw__buf *opbase = bufs[0]->base;
+        opbase->pins++;
         sw__unlock(dev);
         rc = sw_buffer_alloc(dev, SW__SCRATCH_SLOT, "sum result", &tmp);
-        if (rc != SW_OK)
-            return rc;
         sw__lock(dev);
+        sw__unpin_locked(dev, opbase);
+        if (rc != SW_OK)
+            goto out;
         rc = check_operands_locked(dev, SW_KERNEL_SUM, &a, bufs, 1, dtype, n,
                                1u);
         if (rc != SW_OK)

@@ -2,8 +2,9 @@
  * test-contract.c -- what a failed call may change (include/spillway.h,
  * "Conventions"), and the defects an outside campaign found in it (issue
  * 24): a refusal under the budget moves nothing, the cache included; a
- * call whose second operand cannot come back leaves its first where it
- * was, and keeps no device memory it took; the pressure callbacks get a
+ * call whose second operand cannot come back keeps its first's data (and
+ * never spills a later operand for an earlier one), and keeps no device
+ * memory it took; the pressure callbacks get a
  * last chance before any allocation fails for good; a host pool released
  * after a prefetch is empty; a pending host task's event cannot be
  * released twice; a request larger than the device is an OOM that counts.
@@ -128,14 +129,21 @@ TEST(contract_failed_op_leaves_its_operands)
             ASSERT_OK(sw_inject_fault(dev, SW_FAULT_COPY, nth, 0));
             ASSERT_ERR(sw_op_add(out, a, b, SW_INT32, N), SW_ERR_DEVICE);
             ASSERT_OK(sw_inject_fault(dev, SW_FAULT_COPY, 0, 0));
-            ASSERT_EQ(state_of(a), SW_SPILLED);
+            /* a came back before b's copy failed: it stays resident
+             * (its restore is not undone: see pin_rest_locked), with its
+             * data; b stays spilled, and b's memory went back. */
+            sw_buffer_state sa = state_of(a);
+            uint64_t kept = sa == SW_RESIDENT ? test_round(N * 4) : 0;
+            if (nth == 1)
+                ASSERT_EQ(sa, SW_SPILLED);
             ASSERT_EQ(state_of(b), SW_SPILLED);
             ASSERT_EQ(state_of(out), SW_RESIDENT);
             ASSERT_OK(sw_device_synchronize(dev));
             sw_memory_info m = test_info(dev);
-            ASSERT_UEQ(m.in_use, before.in_use);
-            ASSERT_UEQ(m.spilled, before.spilled);
-            ASSERT_UEQ(m.cached, before.cached);
+            ASSERT_UEQ(m.in_use, before.in_use + kept);
+            ASSERT_UEQ(m.spilled, before.spilled - kept);
+            ASSERT_UEQ(m.cached + m.in_use, before.cached + before.in_use +
+                       (cold ? kept : 0));
             test_expect_pattern(a, 11);
             test_expect_pattern(b, 12);
             test_expect_pattern(out, 13);
@@ -415,6 +423,101 @@ TEST(contract_pending_task_event_released_twice)
 
 /* A request larger than the device fails with SW_ERR_TOO_LARGE and
  * counts as an OOM (PyTorch's num_ooms counts it). */
+/* sw_op_add(out, a, b) with a spilled, b resident and the least recently
+ * used of what could move, and a fourth buffer x beside them: making room
+ * for a never spills b, a later operand.  With x free to move, x goes and
+ * nothing else moves (one spill, one restore); with x pinned, nothing can
+ * move, and the failed call leaves b where it was (it was spilled for a,
+ * then could not come back). */
+TEST(contract_restore_keeps_later_operands)
+{
+    test_require_spill();
+    enum { N = 1024 };
+    sw_device *dev = test_device();
+    for (int pinned = 0; pinned < 2; pinned++) {
+        sw_buffer *out = test_alloc(dev, N * 4, "out");
+        sw_buffer *a = test_alloc(dev, N * 4, "a");
+        sw_buffer *b = test_alloc(dev, N * 4, "b");
+        sw_buffer *x = test_alloc(dev, N * 4, "x");
+        /* Least recently used first: a, then b, x, out. */
+        test_write_pattern(a, 21);
+        test_write_pattern(b, 22);
+        test_write_pattern(x, 23);
+        test_write_pattern(out, 24);
+        spill_one(dev, a);
+        ASSERT_OK(sw_empty_cache(dev));
+        if (pinned)
+            test_pin(x);
+        ASSERT_OK(sw_device_synchronize(dev));
+        /* Room for the three operands and no more. */
+        ASSERT_OK(sw_set_memory_budget(dev, test_round(N * 4) * 3));
+        ASSERT_EQ(state_of(b), SW_RESIDENT);
+        sw_memory_info before = test_info(dev);
+        int rc = sw_op_add(out, a, b, SW_INT32, N);
+        sw_memory_info m = test_info(dev);
+        if (pinned) {
+            if (rc != SW_ERR_OOM)
+                FAIL("sw_op_add -> %s, expected SW_ERR_OOM: %s",
+                     sw_err_name(rc), sw_last_error());
+            ASSERT_EQ(state_of(a), SW_SPILLED);
+            ASSERT_UEQ(m.spills, before.spills);
+            ASSERT_UEQ(m.restores, before.restores);
+        } else {
+            ASSERT_OK(rc);
+            ASSERT_EQ(state_of(a), SW_RESIDENT);
+            ASSERT_EQ(state_of(x), SW_SPILLED);
+            ASSERT_UEQ(m.spills, before.spills + 1);
+            ASSERT_UEQ(m.restores, before.restores + 1);
+        }
+        ASSERT_EQ(state_of(b), SW_RESIDENT);
+        ASSERT_OK(sw_set_memory_budget(dev, 0));
+        if (pinned)
+            test_unpin(x);
+        test_expect_pattern(a, 21);
+        test_expect_pattern(b, 22);
+        test_expect_pattern(x, 23);
+        if (pinned)
+            test_expect_pattern(out, 24);
+        ASSERT_OK(sw_buffer_free(out));
+        ASSERT_OK(sw_buffer_free(a));
+        ASSERT_OK(sw_buffer_free(b));
+        ASSERT_OK(sw_buffer_free(x));
+    }
+}
+
+/* A sum whose device has no scratch block (its allocation failed: the
+ * fault) takes a temporary buffer, under a budget that holds only the
+ * operand: the temporary is refused, and the operand stays where it is
+ * (making room for the temporary spilled it, and then it could not come
+ * back beside it). */
+TEST(contract_failed_sum_keeps_its_operand)
+{
+    test_require_spill();
+    enum { N = 1024 };
+    sw_device *dev = test_device();
+    sw_buffer *a = test_alloc(dev, N * 4, "a");
+    test_write_pattern(a, 31);
+    ASSERT_OK(sw_device_synchronize(dev));
+    ASSERT_OK(sw_set_memory_budget(dev, test_round(N * 4)));
+    sw_memory_info before = test_info(dev);
+    /* The first backend allocation from here is the scratch block's (this
+     * process has not summed on dev yet: each test is its own child). */
+    ASSERT_OK(sw_inject_fault(dev, SW_FAULT_ALLOC, 1, 0));
+    sw_scalar sum;
+    int rc = sw_op_sum(a, SW_INT32, N, &sum);
+    ASSERT_OK(sw_inject_fault(dev, SW_FAULT_ALLOC, 0, 0));
+    if (rc != SW_ERR_OOM)
+        FAIL("sw_op_sum -> %s, expected SW_ERR_OOM: %s", sw_err_name(rc),
+             sw_last_error());
+    ASSERT_EQ(state_of(a), SW_RESIDENT);
+    sw_memory_info m = test_info(dev);
+    ASSERT_UEQ(m.spills, before.spills);
+    ASSERT_UEQ(m.in_use, before.in_use);
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    test_expect_pattern(a, 31);
+    ASSERT_OK(sw_buffer_free(a));
+}
+
 TEST(contract_too_large_counts_as_oom)
 {
     sw_device *dev = test_device();
@@ -551,11 +654,10 @@ TEST(thread_contract_held_restores)
     ASSERT_GT(atomic_load(&w.adds_ok), 0);
     ASSERT_OK(sw_trace_set_callback(w.dev, NULL, NULL));
     ASSERT_OK(sw_trace_stop(w.dev));
-    /* The sets did collide, and some restores were undone (a run without
-     * any proves nothing: it says so). */
-    ASSERT_GT(atomic_load(&w.adds_refused), 0);
-    if (undone == 0)
-        SKIP("no restore was undone in this run: the threads never met");
+    /* Whether the sets collided (adds refused) depends on the timing:
+     * either way every value written stands.  (No restore is undone any
+     * more: a failed set keeps what it brought back.) */
+    ASSERT_UEQ((uint64_t)undone, 0);
     ASSERT_OK(sw_set_memory_budget(w.dev, 0));
     for (int i = 0; i < TC_SHARED; i++) {
         int32_t got[TC_N];

@@ -33,6 +33,8 @@
     X(contract_pressure_last_chance)                                       \
     X(contract_release_host_pool_after_prefetch)                           \
     X(contract_pending_task_event_released_twice)                          \
+    X(contract_restore_keeps_later_operands)                               \
+    X(contract_failed_sum_keeps_its_operand)                               \
     X(contract_too_large_counts_as_oom)                                    \
     X(thread_contract_held_restores)                                       \
     /* test-trace.c */                                                        \
