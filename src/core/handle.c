@@ -39,14 +39,6 @@ static inline unsigned chunk_of(uint32_t index, uint32_t *offset)
     return top - FIRST_SHIFT;
 }
 
-static inline sw__slot *slot_at(const sw__pool *p, uint32_t index)
-{
-    uint32_t off;
-    unsigned k = chunk_of(index, &off);
-    char *c = atomic_load_explicit(&p->chunks[k], memory_order_acquire);
-    return (sw__slot *)(c + (size_t)off * p->size);
-}
-
 /* Under p->lock: one more chunk of free slots.  false without host
  * memory, or when the index space is full. */
 static bool pool_grow(sw__pool *p)
