@@ -16,14 +16,20 @@
  *       _OUT_OF_RANGE, _DTYPE, _TOO_LARGE, _BUSY, _NO_DEVICE,
  *       _UNSUPPORTED), or with SW_ERR_OOM because the budget cannot hold
  *       the request even once everything that can move has moved (the
- *       message says "nothing was moved"; a launch's arguments that cannot
- *       fit together likewise): it changed nothing -- no buffer moved, the
- *       cache and the host pool are as they were;
+ *       message says "nothing was moved"; a launch whose arguments cannot
+ *       fit together, or whose spilled arguments cannot all come back
+ *       beside what cannot move, likewise, before the first comes back):
+ *       it changed nothing -- no buffer moved, the cache and the host pool
+ *       are as they were -- but for what the pressure callbacks, which run
+ *       before such a refusal, did themselves;
  *     - SW_ERR_OOM after the allocation ladder, SW_ERR_HOST_OOM,
  *       SW_ERR_DEVICE: the buffers the call was given hold their data and
  *       are where they were, except that one it brought back before
  *       another could not come back stays resident (a later argument is
- *       never spilled to make room for an earlier one), and it keeps no
+ *       never spilled to make room for an earlier one; should the budget
+ *       refuse the later one, its message says "nothing was moved for it,
+ *       but the N earlier arguments this call brought back stay
+ *       resident"), and it keeps no
  *       device memory it took for the one that failed (a block goes back
  *       to the cache it came from, or to the device).  What it
  *       did to make room may stay done: other buffers spilled (intact;
@@ -479,7 +485,9 @@ SW_API int sw_lease_release(sw_lease *lease);
  * Pinned buffers stay where they are until sw_launch_end with the same
  * array.  Duplicates in the array are allowed.  If the arguments together
  * cannot fit on the device (or in the budget), SW_ERR_OOM says so with
- * their sizes before anything moves.  The handles must stay live until
+ * their sizes before anything moves; so it does, after the pressure
+ * callbacks, when the budget cannot hold the spilled ones back beside
+ * what cannot move (pinned, leased).  The handles must stay live until
  * sw_launch_end. */
 SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
                            sw_devmem *ptrs);

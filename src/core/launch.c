@@ -4,6 +4,7 @@
  */
 #include "core/internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------------
@@ -39,19 +40,99 @@ static int check_fit_locked(sw_device *dev, sw__buf *const *bufs, size_t n)
     return rc;
 }
 
+/* Bytes the spilled owned bases among bufs[0..n) take back on the device,
+ * each base once. */
+static uint64_t restore_bytes_locked(sw__buf *const *bufs, size_t n,
+                                     size_t *count)
+{
+    uint64_t total = 0;
+    *count = 0;
+    for (size_t i = 0; i < n; i++) {
+        sw__buf *b = bufs[i]->base;
+        if (b->external || b->state == SW_RESIDENT)
+            continue;
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = bufs[j]->base == b;
+        if (!seen) {
+            total += b->alloc_size;
+            (*count)++;
+        }
+    }
+    return total;
+}
+
+/* Under a budget, before the first restore of a launch (every argument
+ * pinned): whether bringing back all its spilled arguments can find room
+ * once everything that can move has moved.  If not, the pressure
+ * callbacks run (first, then as the last chance: they may free garbage
+ * that holds the device), and if there is still no room the launch is
+ * refused with SW_ERR_OOM before anything moved.  Without it, a second
+ * argument that cannot come back would fail the call after the first was
+ * brought back, with a message from its own ladder saying "nothing was
+ * moved" (found by the fuzzer's check of that contract). */
+static int check_room_locked(sw_device *dev, sw__buf *const *bufs, size_t n)
+{
+    if (dev->budget == 0 || dev->props.no_spill)
+        return SW_OK;
+    size_t count = 0;
+    uint64_t bytes = 0;
+    for (int round = 0;; round++) {
+        /* Recounted: the callbacks let the lock go, and another call may
+         * have brought an argument back meanwhile. */
+        bytes = restore_bytes_locked(bufs, n, &count);
+        if (bytes == 0 || sw__budget_room_locked(dev, bytes))
+            return SW_OK;
+        if (round == 2)
+            break;
+        if (sw__run_callbacks_locked(dev, bytes, round == 1))
+            dev->alloc_retries++;
+    }
+    char what[80];
+    snprintf(what, sizeof what, "bringing back %zu spilled argument%s of "
+             "%zu", count, count == 1 ? "" : "s", n);
+    int rc = sw__budget_refusal_locked(dev, bytes, bytes, what);
+    dev->ooms++;
+    if (dev->tracing)
+        sw__trace_oom(dev, bytes, what, sw_last_error());
+    return rc;
+}
+
+/* A later argument failed after this call brought back `brought` earlier
+ * ones, which stay resident: a budget refusal from that argument's own
+ * ladder says "nothing was moved", true of it alone, which the message
+ * must not claim for the call (the room was there when check_room_locked
+ * looked; another thread took it while the lock was let go). */
+static void say_brought_back(int rc, size_t brought)
+{
+    const char *m = sw_last_error();
+    const char *at = strstr(m, "; nothing was moved");
+    if (at == NULL)
+        return;
+    char head[1024], tail[1536];
+    snprintf(head, sizeof head, "%.*s", (int)(at - m), m);
+    snprintf(tail, sizeof tail, "%s", at + strlen("; nothing was moved"));
+    sw__errorf(rc, "%s; nothing was moved for it, but the %zu earlier "
+               "argument%s this call brought back stay%s resident%s", head,
+               brought, brought == 1 ? "" : "s", brought == 1 ? "s" : "",
+               tail);
+}
+
 /* Pin bufs[from..n): the general path (a spilled or moving argument, or a
- * queue to order), after the warm path pinned bufs[0..from).  All or
- * nothing: on failure every argument pinned so far, the warm ones
- * included, is unpinned, and every restore this call made is undone.
- * Those restores hold their host copies (hold_token: this call's) until
- * the end, so undoing one copies nothing: an add whose second operand
- * cannot come back leaves its first spilled, as it was. */
+ * queue to order), after the warm path pinned bufs[0..from).  On failure
+ * every argument pinned so far, the warm ones included, is unpinned; the
+ * restores this call made stay (their buffers resident, their data
+ * intact), as the header's contract for a call that fails on the way
+ * says: an add whose second operand cannot come back leaves its first,
+ * which it brought back, resident.  Those restores hold their host copies
+ * (hold_token: this call's) until the end. */
 static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
                            size_t n, sw_devmem *ptrs, size_t from)
 {
     int rc = SW_OK;
-    bool checked_fit = false;
+    bool checked_fit = false, room_checked = false;
     bool restored = false;
+    size_t brought = 0; /* arguments this call brought back */
     uint32_t token = 0;
     size_t guard = n; /* bufs[guard..n) hold a guard pin */
     size_t i;
@@ -76,11 +157,21 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
                     bufs[j]->base->pins++;
             }
             base->pins++;
+            /* Once, with every argument pinned. */
+            if (!room_checked) {
+                room_checked = true;
+                if ((rc = check_room_locked(dev, bufs, n)) != SW_OK) {
+                    sw__unpin_locked(dev, base);
+                    break;
+                }
+            }
+            bool was_spilled = base->state != SW_RESIDENT;
             rc = sw__restore_locked(dev, base, NULL, false, token);
             if (rc != SW_OK) {
                 sw__unpin_locked(dev, base);
                 break;
             }
+            brought += was_spilled;
             /* It may have been another call's restore, in flight, that
              * this one waited for: held by that call, which would undo it
              * if it failed, and with it what this use writes. */
@@ -118,6 +209,8 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
             if (base->hold_host && base->hold_token == token)
                 sw__hold_end_locked(dev, base);
         }
+        if (brought > 0)
+            say_brought_back(rc, brought);
         while (i-- > 0)
             sw__unpin_locked(dev, bufs[i]->base);
         for (size_t j = guard; j < n; j++)

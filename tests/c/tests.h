@@ -27,6 +27,7 @@
     X(thread_spill_of_restoring_buffer)                                       \
     /* test-contract.c */                                                \
     X(contract_budget_refusal_keeps_the_cache)                             \
+    X(contract_set_that_cannot_come_back_moves_nothing)                    \
     X(contract_failed_op_leaves_its_operands)                              \
     X(contract_failed_prefetch_keeps_nothing)                              \
     X(contract_used_restore_is_kept)                                       \
