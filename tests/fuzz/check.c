@@ -157,6 +157,96 @@ static void compare_info(fz_engine *e, const char *call, int rc, int d,
      * when its completion is noticed, at any later entry.) */
 }
 
+/* A live handle of allocation a that no pressure callback may have freed
+ * (not donated), or -1. */
+static int own_handle_of(fz_engine *e, int a)
+{
+    for (int i = 0; i < FZ_NBUF; i++) {
+        fz_buf *b = &e->buf[i];
+        if (b->live && b->alloc == a && !b->donated)
+            return i;
+    }
+    return -1;
+}
+
+/* A call failed on the way (OOM after the ladder, HOST_OOM, DEVICE), or
+ * was refused by the budget with "nothing was moved".  The header's
+ * contract for each, checked against the devices and allocations just
+ * before the step's first call:
+ *  - "nothing was moved": when no pressure callback ran (one frees and
+ *    allocates as it likes, and its allocations may spill), no allocation
+ *    changed state and nothing moved in the accounting: in_use, cached,
+ *    spilled and the movement counters are as they were;
+ *  - otherwise the buffers the call was given are where they were, except
+ *    that one it brought back before another could not come back stays
+ *    resident: an operand resident before is resident now (a later
+ *    argument is never spilled to make room for an earlier one);
+ *  - it keeps no device memory it took for the one that failed: in_use +
+ *    cached grew at most by the operands it brought back (their blocks),
+ *    when no callback ran (a callback may allocate and free, filling the
+ *    cache).  Other buffers it spilled to make room count nothing there.
+ * Spilled buffers that are not operands stay spilled: fz_check_all's "only
+ * the device brings a buffer back". */
+static void check_resource_failure(fz_engine *e, const char *call, int rc,
+                                   const char *msg)
+{
+    const fz_snapshot *b = &e->step_before;
+    bool callbacks =
+        atomic_load(&e->w->stats.cb_calls) != e->step_before_cb_calls;
+    /* ("nothing was moved for it, but the earlier arguments this call
+     * brought back stay resident": the second kind.) */
+    bool nothing_moved = strstr(msg, "nothing was moved") != NULL &&
+                         strstr(msg, "nothing was moved for it") == NULL;
+    uint64_t back[FZ_MAX_DEV] = {0};
+    for (int a = 0; a < FZ_NALLOC; a++) {
+        fz_alloc *al = &e->alloc[a];
+        int i = al->live && b->state[a] >= 0 ? own_handle_of(e, a) : -1;
+        if (i < 0)
+            continue;
+        sw_buffer_state st = (sw_buffer_state)77;
+        if (sw_buffer_state_get(e->buf[i].h, &st) != SW_OK)
+            fz_fail(e->w, e, "sw_buffer_state_get of handle %d after %s "
+                    "failed: %s", i, call, sw_last_error());
+        bool operand = (e->dev_used & (UINT32_C(1) << a)) != 0;
+        if (nothing_moved && !callbacks && (int)st != b->state[a])
+            fz_fail(e->w, e, "%s failed with %s saying \"nothing was "
+                    "moved\", and yet allocation %d went from state %d to "
+                    "%d", call, fz_err(rc), a, b->state[a], (int)st);
+        if (operand && b->state[a] == SW_RESIDENT && st != SW_RESIDENT)
+            fz_fail(e->w, e, "%s failed with %s and yet spilled its own "
+                    "operand, allocation %d, resident before the call",
+                    call, fz_err(rc), a);
+        if (operand && b->state[a] == SW_SPILLED && st == SW_RESIDENT &&
+            !al->external)
+            back[al->devi] += al->rounded;
+    }
+    if (callbacks)
+        return;
+    for (int d = 0; d < e->w->ndev; d++) {
+        sw_memory_info m;
+        if (sw_memory_info_get(e->w->dev[d], &m) != SW_OK)
+            fz_fail(e->w, e, "memory_info of %s", e->w->spec[d]);
+        const sw_memory_info *p = &b->info[d];
+        if (m.in_use + m.cached > p->in_use + p->cached + back[d])
+            fz_fail(e->w, e, "%s failed with %s and yet kept device memory "
+                    "on %s: in_use + cached %" PRIu64 " -> %" PRIu64
+                    " (operands brought back: %" PRIu64 " bytes)", call,
+                    fz_err(rc), e->w->spec[d], p->in_use + p->cached,
+                    m.in_use + m.cached, back[d]);
+        if (!nothing_moved)
+            continue;
+#define SAME(f)                                                               \
+    if (m.f != p->f)                                                          \
+        fz_fail(e->w, e, "%s failed saying \"nothing was moved\", and yet "  \
+                "changed %s." #f ": %" PRIu64 " -> %" PRIu64, call,           \
+                e->w->spec[d], (uint64_t)p->f, (uint64_t)m.f);
+        SAME(in_use) SAME(cached) SAME(spilled) SAME(spills) SAME(restores)
+        SAME(spilled_bytes_total) SAME(restored_bytes_total) SAME(allocs)
+        SAME(frees) SAME(live_buffers)
+#undef SAME
+    }
+}
+
 bool fz_result(fz_engine *e, const char *call, int rc, fz_expect ex,
                int code, const fz_snapshot *before)
 {
@@ -165,6 +255,7 @@ bool fz_result(fz_engine *e, const char *call, int rc, fz_expect ex,
         if (ex == FZ_ERR)
             fz_fail(e->w, e, "%s succeeded; expected SW_ERR_%s", call,
                     fz_err(code));
+        e->step_before_valid = false; /* it may have moved buffers */
         atomic_fetch_add(&st->ops_ok, 1);
         return true;
     }
@@ -185,6 +276,9 @@ bool fz_result(fz_engine *e, const char *call, int rc, fz_expect ex,
     case FZ_OK_OR_RES:
         if (!res_ok)
             fz_fail(e->w, e, "%s failed: %s: %s", call, fz_err(rc), msg);
+        if (e->step_before_valid)
+            check_resource_failure(e, call, rc, msg);
+        e->step_before_valid = false; /* it may have moved others */
         break;
     case FZ_ERR:
         if (rc != code && !(resource_error(rc) && e->w->outside_faults))

@@ -399,6 +399,10 @@ static bool usable(fz_engine *e, int i, int devi, bool writable)
 int fz_pick_buf_dev(fz_engine *e, fz_src *s, int devi, bool writable)
 {
     int start = (int)fz_below(s, FZ_NBUF);
+    int p = e->prefer_buf1 - 1;
+    e->prefer_buf1 = 0;
+    if (p >= 0 && usable(e, p, devi, writable))
+        return p;
     for (int k = 0; k < FZ_NBUF; k++) {
         int i = (start + k) % FZ_NBUF;
         if (usable(e, i, devi, writable))
@@ -414,7 +418,10 @@ int fz_pick_buf(fz_engine *e, fz_src *s, bool writable)
 
 int fz_pick_dev(fz_engine *e, fz_src *s)
 {
-    return (int)fz_below(s, (size_t)e->w->ndev);
+    int d = (int)fz_below(s, (size_t)e->w->ndev);
+    int p = e->prefer_dev1 - 1;
+    e->prefer_dev1 = 0;
+    return p >= 0 ? p : d;
 }
 
 int fz_pick_queue(fz_engine *e, fz_src *s, int devi)

@@ -55,7 +55,7 @@
 #define FZ_NLEASE 6
 #define FZ_NLAUNCH 3      /* outstanding sw_launch_begin records */
 #define FZ_LAUNCH_ARGS 4
-#define FZ_NQUEUE 2       /* per device */
+#define FZ_NQUEUE 4       /* per device: several using the same buffers */
 #define FZ_NEVENT 8
 #define FZ_NTASK 8        /* host tasks not yet known complete */
 #define FZ_NORDER 2
@@ -311,6 +311,12 @@ typedef enum fz_expect {
     FZ_ERR,        /* must fail with `code`, changing nothing at all */
 } fz_expect;
 
+/* What the devices and the engine's allocations were at one moment. */
+typedef struct fz_snapshot {
+    sw_memory_info info[FZ_MAX_DEV];
+    int state[FZ_NALLOC];
+} fz_snapshot;
+
 struct fz_engine {
     fz_world *w;
     int index; /* thread number */
@@ -333,6 +339,10 @@ struct fz_engine {
     sw_event *dead_event[FZ_NDEAD];
     sw_peak_scope *dead_scope[FZ_NDEAD];
     unsigned dead_n[5];
+    /* A slot (plus one) and a device (plus one) the next fz_pick_buf and
+     * fz_pick_dev take when they can: a compound step aims its second
+     * call at its first's buffer.  0: none. */
+    int prefer_buf1, prefer_dev1;
     /* A fault armed for the next step only. */
     bool fault_armed;
     int fault_dev; /* -1: the thread's no-device fault */
@@ -360,6 +370,14 @@ struct fz_engine {
      * spills only when memory is obtained. */
     uint32_t dev_used;
     bool may_spill;
+    /* Single engine, no outside faults: the devices and allocations just
+     * before the step's first call, and the pressure callbacks' calls
+     * then.  A resource failure (OOM, HOST_OOM, DEVICE) is judged against
+     * it (fz_result); valid until a call succeeds or fails on the way,
+     * either of which may have moved buffers. */
+    fz_snapshot step_before;
+    bool step_before_valid;
+    uint64_t step_before_cb_calls;
     /* Callback logs already applied (single engine). */
     uint64_t cb_seen_gc[FZ_MAX_DEV][FZ_NCALLBACK];
     uint64_t cb_seen_nested[FZ_MAX_DEV][FZ_NCALLBACK];
@@ -446,10 +464,6 @@ void fz_poll_tasks(fz_engine *e);
 void fz_process_callbacks(fz_engine *e);
 
 /* Checks (check.c). */
-typedef struct fz_snapshot {
-    sw_memory_info info[FZ_MAX_DEV];
-    int state[FZ_NALLOC];
-} fz_snapshot;
 void fz_snapshot_take(fz_engine *e, fz_snapshot *s);
 /* Judge a call's result against what the step expected; on an expected
  * failure, check it changed nothing (strict for argument errors).  Returns

@@ -7,7 +7,9 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static sw_memory_info info(fz_engine *e, int d)
 {
@@ -293,6 +295,73 @@ static bool op_budget_get(fz_engine *e, fz_src *s)
     return true;
 }
 
+/* The memory history while everything else runs: started (small rings,
+ * so that they wrap), stopped, read back and dumped, in any order.
+ * Whether it was ever started on a device (which outlives inputs) is what
+ * sw_trace_read says: a started ring holds its start event at least. */
+static bool op_trace(fz_engine *e, fz_src *s)
+{
+    int d = fz_pick_dev(e, s);
+    sw_device *dev = e->w->dev[d];
+    static sw_trace_event ev[64]; /* read back only with one engine */
+    sw_trace_event *out = e->w->threaded ? NULL : ev;
+    size_t count = 0;
+    uint64_t dropped = 0;
+    int rc = sw_trace_read(dev, out, out ? 64 : 0, &count, &dropped);
+    fz_result(e, "sw_trace_read", rc, FZ_OK, 0, NULL);
+    /* Threaded: another engine may start it at any time. */
+    bool started = count + dropped > 0 || e->w->threaded;
+    for (size_t k = 0; out != NULL && k < count && k < 64; k++) {
+        if (ev[k].seq != dropped + k || ev[k].kind >= SW_TRACE_KIND_COUNT ||
+            sw_trace_kind_name((sw_trace_kind)ev[k].kind) == NULL ||
+            (k > 0 && ev[k].time_ns < ev[k - 1].time_ns))
+            fz_fail(e->w, e, "sw_trace_read(%s): event %zu of %zu (dropped "
+                    "%" PRIu64 ") has seq %" PRIu64 " kind %u", e->w->spec[d],
+                    k, count, dropped, ev[k].seq, ev[k].kind);
+    }
+    switch (fz_u8(s) % 4) {
+    case 0: {
+        static const size_t caps[] = {0, 1, 16, 256};
+        sw_trace_options o = {.capacity = caps[fz_below(s, 4)]};
+        fz_note(e, "trace_start %s capacity %zu", e->w->spec[d], o.capacity);
+        rc = sw_trace_start(dev, &o);
+        fz_result(e, "sw_trace_start", rc, FZ_OK, 0, NULL);
+        break;
+    }
+    case 1:
+        fz_note(e, "trace_stop %s", e->w->spec[d]);
+        rc = sw_trace_stop(dev);
+        if (!started)
+            fz_result(e, "sw_trace_stop", rc, FZ_ERR, SW_ERR_INVALID_ARG,
+                      NULL);
+        else if (!(e->w->threaded && rc == SW_ERR_INVALID_ARG))
+            fz_result(e, "sw_trace_stop", rc, FZ_OK, 0, NULL);
+        break;
+    default: {
+        static const char *const formats[] = {"chrome", "snapshot", "bogus"};
+        const char *f = formats[fz_below(s, 3)];
+        const char *dir = getenv("TMPDIR");
+        char path[256];
+        snprintf(path, sizeof path, "%s/spillway-fuzz-trace-%d-%d.json",
+                 dir && *dir ? dir : "/tmp", (int)getpid(), e->index);
+        fz_note(e, "trace_dump %s as %s", e->w->spec[d], f);
+        rc = sw_trace_dump(dev, path, f);
+        if (f[0] == 'b' || !started) {
+            fz_result(e, "sw_trace_dump", rc, FZ_ERR, SW_ERR_INVALID_ARG,
+                      NULL);
+        } else if (!(e->w->threaded && rc == SW_ERR_INVALID_ARG) &&
+                   fz_result(e, "sw_trace_dump", rc, FZ_OK, 0, NULL) &&
+                   access(path, R_OK) != 0) {
+            fz_fail(e->w, e, "sw_trace_dump(%s) succeeded and wrote no %s",
+                    e->w->spec[d], path);
+        }
+        unlink(path);
+        break;
+    }
+    }
+    return true;
+}
+
 bool fz_op_account(fz_engine *e, fz_src *s, unsigned k)
 {
     switch (k) {
@@ -309,6 +378,7 @@ bool fz_op_account(fz_engine *e, fz_src *s, unsigned k)
         return false;
     case 9: return op_reset_counters(e, s);
     case 10: return op_host_pool(e, s);
+    case 11: return op_trace(e, s);
     default:
         return fz_u8(s) < 128 ? op_open_close(e, s) : op_budget_get(e, s);
     }

@@ -243,6 +243,9 @@ static bool op_free(fz_engine *e, fz_src *s)
 {
     int start = (int)fz_below(s, FZ_NBUF);
     int i = -1;
+    if (e->prefer_buf1 > 0) /* its slot first (a compound step) */
+        start = e->prefer_buf1 - 1;
+    e->prefer_buf1 = 0;
     for (int k = 0; k < FZ_NBUF && i < 0; k++) {
         int j = (start + k) % FZ_NBUF;
         fz_buf *b = &e->buf[j];

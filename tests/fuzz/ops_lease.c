@@ -190,6 +190,37 @@ static bool op_prefetch(fz_engine *e, fz_src *s)
     return true;
 }
 
+/* A prefetch followed at once by a use of the same buffer while its copy
+ * in may still be in flight: a host write or read, a free, or a budget
+ * that spills what it can again (the surface an outside campaign saw
+ * bytes differ on, issue 24). */
+static bool op_prefetch_then(fz_engine *e, fz_src *s)
+{
+    int i = fz_pick_buf(e, s, false);
+    if (i < 0)
+        return false;
+    int devi = e->alloc[e->buf[i].alloc].devi;
+    int slots[1] = {i};
+    unsigned then = fz_u8(s) % 4;
+    static const char *const what[] = {"write", "read", "free", "budget"};
+    fz_note(e, "prefetch handle %d, then %s", i, what[then]);
+    int rc = sw_buffer_prefetch(e->buf[i].h, NULL);
+    fz_result(e, "sw_buffer_prefetch", rc, fz_expect_for(e, slots, 1), 0,
+              NULL);
+    e->prefer_buf1 = i + 1;
+    e->prefer_dev1 = devi + 1;
+    bool did;
+    switch (then) {
+    case 0: did = fz_op_buffer(e, s, 4); break;
+    case 1: did = fz_op_buffer(e, s, 5); break;
+    case 2: did = fz_op_buffer(e, s, 1); break;
+    default: did = fz_op_account(e, s, 0); break;
+    }
+    (void)did; /* the prefetch was a step's call either way */
+    e->prefer_buf1 = e->prefer_dev1 = 0;
+    return true;
+}
+
 bool fz_op_lease(fz_engine *e, fz_src *s, unsigned k)
 {
     switch (k) {
@@ -197,6 +228,7 @@ bool fz_op_lease(fz_engine *e, fz_src *s, unsigned k)
     case 1: return op_expose(e, s);
     case 2: return op_release(e, s);
     case 3: return op_wrap(e, s);
-    default: return op_prefetch(e, s);
+    case 4: return op_prefetch(e, s);
+    default: return op_prefetch_then(e, s);
     }
 }

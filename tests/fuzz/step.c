@@ -33,19 +33,20 @@ static const fz_opdef opdefs[] = {
     /* kernels: fill, add, scale, axpy, sum */
     {fz_op_kernel, 0, 5}, {fz_op_kernel, 1, 7}, {fz_op_kernel, 2, 5},
     {fz_op_kernel, 3, 6}, {fz_op_kernel, 4, 4},
-    /* leases: device_ptr, expose, release, wrap; and prefetch */
+    /* leases: device_ptr, expose, release, wrap; and prefetch, and a
+     * prefetch followed at once by a write, read, free or budget */
     {fz_op_lease, 0, 3}, {fz_op_lease, 1, 5}, {fz_op_lease, 2, 4},
-    {fz_op_lease, 3, 4}, {fz_op_lease, 4, 4},
+    {fz_op_lease, 3, 4}, {fz_op_lease, 4, 4}, {fz_op_lease, 5, 4},
     /* launches: begin, raw kernel, end */
     {fz_op_launch, 0, 4}, {fz_op_launch, 1, 5}, {fz_op_launch, 2, 4},
     /* accounting: budget, empty cache, reset peak, scope begin/peak/end,
      * synchronize, open+close or budget get; a burst (steps checked
      * without reading bytes back, so that work stays in flight); counters
-     * reset; the host staging pool */
+     * reset; the host staging pool; the memory history */
     {fz_op_account, 0, 10}, {fz_op_account, 1, 2}, {fz_op_account, 2, 2},
     {fz_op_account, 3, 2},  {fz_op_account, 4, 2}, {fz_op_account, 5, 2},
     {fz_op_account, 6, 2},  {fz_op_account, 7, 1}, {fz_op_account, 8, 4},
-    {fz_op_account, 9, 1},  {fz_op_account, 10, 1},
+    {fz_op_account, 9, 1},  {fz_op_account, 10, 1}, {fz_op_account, 11, 2},
     /* queues: create, release, retain, sync, record, host task, event
      * query, wait, retain, release, order add, order counts/idle, order
      * wait, order create/destroy */
@@ -115,7 +116,14 @@ bool fz_engine_step(fz_engine *e, fz_src *src)
     bool arming = d.fn == fz_op_fault;
     e->dev_used = 0;
     e->may_spill = false;
+    e->step_before_valid = !arming && !e->w->threaded &&
+                           !e->w->outside_faults;
+    if (e->step_before_valid) {
+        fz_snapshot_take(e, &e->step_before);
+        e->step_before_cb_calls = atomic_load(&e->w->stats.cb_calls);
+    }
     bool did = d.fn(e, src, d.kind);
+    e->step_before_valid = false;
     if (!arming)
         fz_disarm(e);
     e->step++;
