@@ -23,6 +23,11 @@ static sw_memory_info info(fz_engine *e, int d)
 
 static bool op_budget(fz_engine *e, fz_src *s)
 {
+    /* What the callbacks did in this step's earlier call (a prefetch's
+     * ladder, before a budget in the same step) happened under the old
+     * budget: an allocation of theirs must not count as obtained under
+     * the new one. */
+    fz_process_callbacks(e);
     int d = fz_pick_dev(e, s);
     sw_memory_info m = info(e, d);
     uint64_t held = m.in_use + m.cached, b;

@@ -207,6 +207,10 @@ static bool op_prefetch_then(fz_engine *e, fz_src *s)
     int rc = sw_buffer_prefetch(e->buf[i].h, NULL);
     fz_result(e, "sw_buffer_prefetch", rc, fz_expect_for(e, slots, 1), 0,
               NULL);
+    /* The prefetch's ladder may have run the callbacks, which free
+     * donated handles: the model learns of it before the second call
+     * looks at its handles. */
+    fz_process_callbacks(e);
     e->prefer_buf1 = i + 1;
     e->prefer_dev1 = devi + 1;
     bool did;
