@@ -133,9 +133,7 @@ SW_API int sw_release_host_pool(sw_device *dev)
             b = b->xnext;
         if (b == NULL)
             break;
-        b->pins++;
-        (void)sw__xfer_wait_locked(dev, b); /* detaches it, ending or not */
-        sw__unpin_locked(dev, b);
+        sw__xfer_settle_locked(dev, b); /* b may be gone after it */
     }
     sw__host_pool_drain_locked(dev);
     sw__unlock(dev);

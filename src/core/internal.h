@@ -636,6 +636,10 @@ void sw__xfer_close_locked(sw_device *dev);
 /* Wait (lock released) until base has no copy in flight; SW_ERR_DEVICE if
  * its data was lost by a copy that failed on the device. */
 int sw__xfer_wait_locked(sw_device *dev, sw__buf *base);
+/* Wait (lock released) until the copy base has in flight now is done,
+ * and finish every done copy: base must not be used after (one freed
+ * while its copy ran is let go here). */
+void sw__xfer_settle_locked(sw_device *dev, sw__buf *base);
 /* Make the default queue wait for base's copy in still in flight, if a
  * prefetch left that to its next use (SW__QMASK_RESTORE); clears it. */
 int sw__xfer_order_locked(sw_device *dev, sw__buf *base);

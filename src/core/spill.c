@@ -397,6 +397,29 @@ int sw__xfer_wait_locked(sw_device *dev, sw__buf *base)
     return SW_OK;
 }
 
+void sw__xfer_settle_locked(sw_device *dev, sw__buf *base)
+{
+    sw__assert_locked(dev);
+    sw__xfer *x = base->xfer;
+    if (x == NULL)
+        return;
+    if (!xfer_done_locked(dev, x)) {
+        /* The xfer is held, not the base: base may be one freed while its
+         * copy ran (released), which the poll below lets go for good --
+         * pinned and unpinned around the wait it was released twice. */
+        x->refs++;
+        const sw__backend_ops *ops = dev->ops;
+        dev->waiting++;
+        sw__unlock(dev);
+        (void)sw__b_event_wait(ops, x->ev);
+        sw__lock(dev);
+        dev->waiting--;
+        (void)xfer_done_locked(dev, x);
+        xfer_unref_locked(dev, x);
+    }
+    sw__xfer_poll_locked(dev);
+}
+
 int sw__xfer_order_locked(sw_device *dev, sw__buf *base)
 {
     sw__assert_locked(dev);

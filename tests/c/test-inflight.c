@@ -105,6 +105,40 @@ TEST(inflight_free)
     ASSERT_OK(sw_buffer_free(c));
 }
 
+/* A buffer freed while its prefetch's copy in runs stays (released) until
+ * the copy ends; sw_release_host_pool, which waits for such copies, then
+ * let it go a second time: in_use went below zero by its size and its
+ * slot went back to the pool twice (found by the fuzzer: a prefetch, then
+ * a free, on sim:1 with SPILLWAY_SIM_JITTER). */
+TEST(inflight_free_after_prefetch_then_release_pool)
+{
+    test_require_spill();
+    sw_device *dev = test_device();
+    for (int round = 0; round < 4; round++) {
+        sw_buffer *keep = patterned(dev, BIG, 40, "keep");
+        sw_buffer *a = patterned(dev, 4 * BIG, 41, "a");
+        sw_buffer *b = spill_by_alloc(dev, 4 * BIG, "b");
+        if (state_of(a) != SW_SPILLED)
+            FAIL("a is not spilled");
+        ASSERT_OK(sw_device_synchronize(dev)); /* its copy out is done */
+        sw_memory_info before = test_info(dev);
+        ASSERT_OK(sw_buffer_prefetch(a, NULL)); /* may spill keep or b */
+        ASSERT_OK(sw_buffer_free(a));           /* its copy in still runs */
+        ASSERT_OK(sw_release_host_pool(dev));
+        sw_memory_info m = test_info(dev);
+        ASSERT_UEQ(m.frees, before.frees + 1);
+        ASSERT_UEQ(m.live_buffers, 2);
+        ASSERT_UEQ(m.host_pool, 0);
+        ASSERT_UEQ(m.in_use + m.spilled, test_round(BIG) + test_round(4 * BIG));
+        test_expect_pattern(keep, 40);
+        ASSERT_OK(sw_buffer_free(keep));
+        ASSERT_OK(sw_buffer_free(b));
+        m = test_info(dev);
+        ASSERT_UEQ(m.in_use, 0);
+        ASSERT_UEQ(m.spilled, 0);
+    }
+}
+
 TEST(inflight_relaunch_and_spill_again)
 {
     test_require_spill();

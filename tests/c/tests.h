@@ -17,6 +17,7 @@
     X(inflight_read_write)                                                    \
     X(inflight_reset_counters)                                                          \
     X(inflight_free)                                                          \
+    X(inflight_free_after_prefetch_then_release_pool)                         \
     X(inflight_relaunch_and_spill_again)                                      \
     X(inflight_prefetch)                                                      \
     X(inflight_prefetch_next_use_waits)                                       \
@@ -28,6 +29,7 @@
     /* test-contract.c */                                                \
     X(contract_budget_refusal_keeps_the_cache)                             \
     X(contract_set_that_cannot_come_back_moves_nothing)                    \
+    X(contract_sum_refused_before_its_temporary)                           \
     X(contract_failed_op_leaves_its_operands)                              \
     X(contract_failed_prefetch_keeps_nothing)                              \
     X(contract_used_restore_is_kept)                                       \
