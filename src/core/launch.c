@@ -13,9 +13,10 @@
 
 /* Whether the distinct owned bases of a launch fit the device (or the
  * budget) together; if not, the message says so before anything moves. */
-static int check_fit_locked(sw_device *dev, sw__buf *const *bufs, size_t n)
+static int check_fit_locked(sw_device *dev, sw__buf *const *bufs, size_t n,
+                            uint64_t extra)
 {
-    uint64_t total = 0;
+    uint64_t total = extra;
     for (size_t i = 0; i < n; i++) {
         sw__buf *b = bufs[i]->base;
         bool seen = b->external;
@@ -30,13 +31,16 @@ static int check_fit_locked(sw_device *dev, sw__buf *const *bufs, size_t n)
     char b1[32], b2[32];
     int rc = sw__errorf(SW_ERR_OOM, "%s: the %zu arguments of one launch "
                         "need %s on the device together, more than its %s "
-                        "of %s; nothing was moved. Sizes:", dev->name, n,
+                        "of %s; nothing was moved. Sizes:", dev->name,
+                        n + (extra > 0),
                         sw_format_bytes(total, b1, sizeof b1),
                         dev->budget ? "budget" : "capacity",
                         sw_format_bytes(cap, b2, sizeof b2));
     for (size_t i = 0; i < n && i < 16; i++)
         sw__error_append(" %s", sw_format_bytes(bufs[i]->base->alloc_size, b1,
                                               sizeof b1));
+    if (extra > 0)
+        sw__error_append(" %s", sw_format_bytes(extra, b1, sizeof b1));
     return rc;
 }
 
@@ -71,7 +75,8 @@ static uint64_t restore_bytes_locked(sw__buf *const *bufs, size_t n,
  * argument that cannot come back would fail the call after the first was
  * brought back, with a message from its own ladder saying "nothing was
  * moved" (found by the fuzzer's check of that contract). */
-static int check_room_locked(sw_device *dev, sw__buf *const *bufs, size_t n)
+static int check_room_locked(sw_device *dev, sw__buf *const *bufs, size_t n,
+                             uint64_t extra)
 {
     if (dev->budget == 0 || dev->props.no_spill)
         return SW_OK;
@@ -81,8 +86,9 @@ static int check_room_locked(sw_device *dev, sw__buf *const *bufs, size_t n)
         /* Recounted: the callbacks let the lock go, and another call may
          * have brought an argument back meanwhile. */
         bytes = restore_bytes_locked(bufs, n, &count);
-        if (bytes == 0 || sw__budget_room_locked(dev, bytes))
+        if (bytes == 0 || sw__budget_room_locked(dev, bytes + extra))
             return SW_OK;
+        bytes += extra;
         if (round == 2)
             break;
         if (sw__run_callbacks_locked(dev, bytes, round == 1))
@@ -142,7 +148,7 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
             restored = true;
             if (!checked_fit) {
                 checked_fit = true;
-                if ((rc = check_fit_locked(dev, bufs, n)) != SW_OK)
+                if ((rc = check_fit_locked(dev, bufs, n, 0)) != SW_OK)
                     break;
                 if (++dev->hold_seq == 0)
                     dev->hold_seq = 1; /* 0 is "no hold" */
@@ -160,7 +166,7 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
             /* Once, with every argument pinned. */
             if (!room_checked) {
                 room_checked = true;
-                if ((rc = check_room_locked(dev, bufs, n)) != SW_OK) {
+                if ((rc = check_room_locked(dev, bufs, n, 0)) != SW_OK) {
                     sw__unpin_locked(dev, base);
                     break;
                 }
@@ -872,6 +878,17 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
          * have moved it). */
         sw__buf *opbase = bufs[0]->base;
         opbase->pins++;
+        /* What the launch below would refuse (the operand and the
+         * temporary cannot fit together, or cannot come back together),
+         * refused before the temporary's allocation makes room by
+         * spilling others: "nothing was moved" must be true. */
+        rc = check_fit_locked(dev, bufs, 1, SW_ALLOC_GRANULARITY);
+        if (rc == SW_OK)
+            rc = check_room_locked(dev, bufs, 1, SW_ALLOC_GRANULARITY);
+        if (rc != SW_OK) {
+            sw__unpin_locked(dev, opbase);
+            goto release;
+        }
         sw__unlock(dev);
         rc = sw_buffer_alloc(dev, SW__SCRATCH_SLOT, "sum result", &tmp);
         sw__lock(dev);

@@ -161,6 +161,48 @@ TEST(contract_set_that_cannot_come_back_moves_nothing)
     ASSERT_OK(sw_buffer_free(b));
 }
 
+/* A sum whose result goes to a temporary buffer (the scratch block's
+ * allocation failed) checks that its operand and the temporary fit the
+ * budget together before allocating the temporary: it used to allocate it
+ * first, spilling another buffer to make room, and then be refused with
+ * "nothing was moved" (found by the fuzzer, sim:0 with every command
+ * queued). */
+TEST(contract_sum_refused_before_its_temporary)
+{
+    test_require_spill();
+    sw_device *dev = test_device();
+    sw_buffer *a = test_alloc(dev, KiB(16), "a");
+    test_write_pattern(a, 51);
+    sw_buffer *r = test_alloc(dev, SW_ALLOC_GRANULARITY, "r");
+    test_write_pattern(r, 52);
+    spill_one(dev, a);
+    ASSERT_EQ(state_of(r), SW_RESIDENT);
+    ASSERT_OK(sw_empty_cache(dev));
+    ASSERT_OK(sw_set_memory_budget(dev, SW_ALLOC_GRANULARITY * 3 / 2));
+    sw_memory_info before = test_info(dev);
+    /* The first backend allocation of this opening is the scratch
+     * block's: failed, the sum takes a temporary buffer. */
+    ASSERT_OK(sw_inject_fault(dev, SW_FAULT_ALLOC, 1, 0));
+    sw_scalar out;
+    int rc = sw_op_sum(a, SW_INT32, KiB(16) / 4, &out);
+    ASSERT_OK(sw_inject_fault(dev, SW_FAULT_ALLOC, 0, 0));
+    if (rc != SW_ERR_OOM)
+        FAIL("sw_op_sum -> %s, expected SW_ERR_OOM: %s", sw_err_name(rc),
+             sw_last_error());
+    ASSERT_STR_CONTAINS(sw_last_error(), "nothing was moved");
+    ASSERT_EQ(state_of(r), SW_RESIDENT);
+    ASSERT_EQ(state_of(a), SW_SPILLED);
+    sw_memory_info m = test_info(dev);
+    ASSERT_UEQ(m.in_use, before.in_use);
+    ASSERT_UEQ(m.cached, before.cached);
+    ASSERT_UEQ(m.spills, before.spills);
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    test_expect_pattern(a, 51);
+    test_expect_pattern(r, 52);
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_buffer_free(r));
+}
+
 /* sw_op_add with both operands spilled, and the nth backend copy failing:
  * the 1st (a's restore) or the 2nd (b's, after a came back).  Either way
  * the call fails with SW_ERR_DEVICE, both operands are spilled with their
