@@ -167,7 +167,7 @@ SUITES ?=
 # ---------------------------------------------------------------------------
 
 .PHONY: all build build-asan build-tsan build-release build-all test demo bench bootstrap \
-        coverage-hostoom build-fuzz build-fuzz-all fuzz soak \
+        coverage-hostoom build-fuzz build-fuzz-all fuzz fuzz-campaign soak \
         system venv clean distclean help
 
 all: build
@@ -184,6 +184,7 @@ help:
 	@echo "make fuzz       run the libFuzzer target until interrupted (FUZZ_TIME=seconds,"
 	@echo "                FUZZ_TARGET=fuzz_spillway|fuzz_spillway_threads, FUZZ_DEVICES=sim:0,sim:1);"
 	@echo "                its corpus grows in tests/fuzz/corpus/"
+	@echo "make fuzz-campaign  the fuzzer on every device and variant, FUZZ_CAMPAIGN_TIME=300 s each"
 	@echo "make soak       the soak (DURATION=10m, SOAK_DEVICE=sim:0, SOAK_THREADS=4, SOAK_FAULTS=1)"
 	@echo "make clean      remove the build directories (keeps .venv)"
 	@echo "make distclean  clean, and remove .venv and Python caches"
@@ -285,6 +286,14 @@ fuzz: build-fuzz-all
 	SPILLWAY_CUDA_LIBRARY=$${SPILLWAY_CUDA_LIBRARY:-build-fuzz/tests/c/libcuda_fake.so} \
 	$(FUZZ_RUN) $(FUZZ_BIN)/$(FUZZ_TARGET) $$seeds -max_total_time=$(FUZZ_TIME) \
 	  -max_len=4096 $(if $(filter-out 1,$(FUZZ_JOBS)),-jobs=$(FUZZ_JOBS) -workers=$(FUZZ_JOBS))
+
+# The fuzzer across every device and variant here, FUZZ_CAMPAIGN_TIME
+# seconds each (13 configurations, FUZZ_CAMPAIGN_JOBS at once), and a table
+# of what each ran and found (scripts/fuzz-campaign.sh).
+FUZZ_CAMPAIGN_TIME ?= 300
+FUZZ_CAMPAIGN_JOBS ?= 2
+fuzz-campaign: build-all build-fuzz-all
+	@scripts/fuzz-campaign.sh $(FUZZ_CAMPAIGN_TIME) $(FUZZ_CAMPAIGN_JOBS)
 
 # The soak: worker threads under a moving budget, every byte checked, the
 # device checked whole every epoch and empty at the end.
