@@ -167,6 +167,13 @@ SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
     }
     size_t rounded = (size + SW_ALLOC_GRANULARITY - 1) &
                      ~(size_t)(SW_ALLOC_GRANULARITY - 1);
+    /* Its place in the spilling order first: inserted without one, it
+     * could never be spilled. */
+    if (rounded > 0 &&
+        (rc = sw__lru_reserve_locked(dev, dev->live_count + 1)) != SW_OK) {
+        sw__unlock(dev);
+        return rc;
+    }
     sw__buf *b = sw__pool_get(&sw__buf_pool);
     if (b == NULL) {
         sw__unlock(dev);
@@ -250,8 +257,10 @@ void sw__maybe_release_locked(sw_device *dev, sw__buf *base)
         return;
     live_unlink_locked(dev, base);
     sw__lru_remove_locked(dev, base);
-    if (base->state == SW_RESIDENT && base->qmask != 0 &&
-        sw__order_use_locked(dev, base, NULL) != SW_OK) {
+    /* (A base without memory -- 0 bytes, external -- has nothing whose
+     * reuse could overtake another queue's work.) */
+    if (base->state == SW_RESIDENT && base->qmask != 0 && base->mem != 0 &&
+        !base->external && sw__order_use_locked(dev, base, NULL) != SW_OK) {
         /* The cache hands memory to default-queue work, so it must first
          * be ordered after other queues' work on it.  That failed (no
          * host memory for an event), and waiting here would wait on the

@@ -604,6 +604,12 @@ bool sw__run_callbacks_locked(sw_device *dev, size_t bytes, bool last);
  * Spilling (spill.c)
  * ---------------------------------------------------------------------- */
 
+/* Room in the heap for n buffers: an allocation reserves a place for
+ * every live base (sw_buffer_alloc), so that no insertion needs host
+ * memory.  A buffer left out of the heap for want of it stayed resident
+ * and unspillable for good (found by the fuzzer: a budget never met after
+ * an allocation under a host-allocation fault). */
+int sw__lru_reserve_locked(sw_device *dev, size_t n);
 /* Make base spillable (or not).  Insertion never fails: without host
  * memory to grow the heap, the buffer just stays unspillable. */
 void sw__lru_insert_locked(sw_device *dev, sw__buf *b);

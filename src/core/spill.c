@@ -73,6 +73,23 @@ static void sift_down(sw_device *dev, size_t i)
     heap_set(dev, i, b);
 }
 
+int sw__lru_reserve_locked(sw_device *dev, size_t n)
+{
+    sw__assert_locked(dev);
+    if (dev->props.no_spill || dev->heap_cap >= n)
+        return SW_OK;
+    size_t cap = dev->heap_cap ? dev->heap_cap : 1024;
+    while (cap < n)
+        cap *= 2;
+    sw__buf **h = sw__realloc(dev->heap, cap * sizeof *h);
+    if (h == NULL)
+        return sw__errorf(SW_ERR_HOST_OOM, "%s: no host memory for the "
+                          "spilling order of %zu buffers", dev->name, n);
+    dev->heap = h;
+    dev->heap_cap = cap;
+    return SW_OK;
+}
+
 void sw__lru_insert_locked(sw_device *dev, sw__buf *b)
 {
     sw__assert_locked(dev);

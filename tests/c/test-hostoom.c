@@ -348,3 +348,58 @@ TEST(hostoom_spill_keeps_victims_out_of_reach)
         }
     }
 }
+
+/* An allocation that succeeds under a host-allocation fault is spillable:
+ * its place in the spilling order was reserved first (a place taken
+ * afterwards, failing, left the buffer resident and unspillable for good,
+ * so that a budget was never met: found by the fuzzer). */
+TEST(hostoom_allocation_stays_spillable)
+{
+    test_require_spill();
+    for (uint64_t nth = 1; nth <= 8; nth++) {
+        sw_device *dev = NULL;
+        ASSERT_OK(sw_device_open(test_device_spec(), &dev));
+        sw_buffer *b = NULL;
+        ASSERT_OK(sw_inject_fault(dev, SW_FAULT_HOST_ALLOC, nth, 0));
+        int rc = sw_buffer_alloc(dev, 4096, "under-fault", &b);
+        ASSERT_OK(sw_inject_fault(dev, SW_FAULT_HOST_ALLOC, 0, 0));
+        if (rc != SW_OK) {
+            ASSERT_EQ(rc, SW_ERR_HOST_OOM);
+            ASSERT_NULL(b);
+        } else {
+            test_write_pattern(b, 91);
+            ASSERT_OK(sw_set_memory_budget(dev, SW_ALLOC_GRANULARITY));
+            sw_buffer_state st;
+            ASSERT_OK(sw_buffer_state_get(b, &st));
+            if (st != SW_SPILLED)
+                FAIL("allocated under a fault at host allocation %" PRIu64
+                     ", the buffer cannot be spilled", nth);
+            ASSERT_OK(sw_set_memory_budget(dev, 0));
+            test_expect_pattern(b, 91);
+            ASSERT_OK(sw_buffer_free(b));
+        }
+        ASSERT_OK(sw_device_close(dev));
+    }
+}
+
+/* A freed buffer that holds no device memory (0 bytes) is released at
+ * once even when ordering it after another queue's work cannot be had (no
+ * host memory for the event): there is no memory whose reuse could
+ * overtake that work.  It was parked, its free not counted until the next
+ * synchronize (found by the fuzzer on the HIP stand-in). */
+TEST(hostoom_empty_buffer_free_is_not_parked)
+{
+    sw_device *dev = test_device();
+    sw_queue *q = NULL;
+    ASSERT_OK(sw_queue_create(dev, &q));
+    sw_buffer *z = test_alloc(dev, 0, "empty");
+    ASSERT_OK(sw_buffer_prefetch(z, q)); /* q is ordered after it */
+    sw_memory_info before = test_info(dev);
+    ASSERT_OK(sw_inject_fault(dev, SW_FAULT_HOST_ALLOC, 1, 1));
+    ASSERT_OK(sw_buffer_free(z));
+    ASSERT_OK(sw_inject_fault(dev, SW_FAULT_HOST_ALLOC, 0, 0));
+    sw_memory_info m = test_info(dev);
+    ASSERT_UEQ(m.frees, before.frees + 1);
+    ASSERT_UEQ(m.live_buffers, before.live_buffers - 1);
+    ASSERT_OK(sw_queue_release(q));
+}

@@ -51,6 +51,8 @@
     X(hostoom_persistent)                                                     \
     X(hostoom_order_records)                                                  \
     X(hostoom_spill_keeps_victims_out_of_reach)                               \
+    X(hostoom_allocation_stays_spillable)                                     \
+    X(hostoom_empty_buffer_free_is_not_parked)                                \
     /* test-errors.c */                                                       \
     X(error_names)                                                            \
     X(error_last_error_per_thread)                                            \
