@@ -602,6 +602,50 @@ SW_API int sw_event_release(sw_event *ev);
 /* Queue-taking forms of the operations (the plain forms use the device's
  * default queue).  q must be on the buffers' device. */
 SW_API int sw_launch_kernel_q(sw_queue *q, const sw_kernel_args *args);
+
+/* Pins for work spillway does not see: your own kernels on your own
+ * stream.  sw_launch_begin_q makes every buffer resident in one pass (as
+ * sw_launch_begin: restoring may spill others, never an argument; a set
+ * that cannot fit together is SW_ERR_OOM before anything moves), pins
+ * them, writes their memory to ptrs[i], and orders q after the work
+ * already queued on them (on the device: nothing waits on the host).
+ * Queue your work on q (or on its native stream, sw_queue_native), then
+ * call sw_launch_end_q with the same q, bufs and n: the pins end in
+ * stream order -- a later spill, free, reuse of the memory, host read or
+ * host write of those buffers waits, on the device, for the work queued
+ * on q before the end.
+ *
+ * q NULL means the host: sw_launch_begin_q then also waits (without the
+ * device lock) until the work queued on the buffers so far has completed,
+ * so that the memory can be read and written from the host (the
+ * simulated and host devices) or from a stream you synchronize yourself;
+ * your work must be complete when you call sw_launch_end_q(NULL, ...).
+ * Duplicates in bufs are pinned once per occurrence, and pins nest. */
+SW_API int sw_launch_begin_q(sw_queue *q, sw_buffer *const *bufs, size_t n,
+                             sw_devmem *ptrs);
+SW_API int sw_launch_end_q(sw_queue *q, sw_buffer *const *bufs, size_t n);
+
+/* The runtime's own handles.  sw_queue_native gives q's stream as the
+ * backend's runtime knows it: a CUstream (cuda), hipStream_t (hip),
+ * cl_command_queue (opencl), an immediate ze_command_list_handle_t (ze),
+ * or the simulated or host device's own queue.  Valid while q lives. */
+SW_API int sw_queue_native(sw_queue *q, uintptr_t *handle);
+/* Adopt a stream or command queue the caller owns as a spillway queue on
+ * dev: work spillway queues there, and the pins of sw_launch_begin_q, are
+ * ordered as on any queue.  spillway never destroys it (OpenCL: it holds
+ * a reference, clRetainCommandQueue, released with the queue); keep it
+ * alive until the queue's last sw_queue_release and the work queued
+ * before it are done.  SW_ERR_INVALID_ARG for 0 (the legacy default
+ * stream), a handle of another device or context, an out-of-order OpenCL
+ * queue, and a destroyed one where the runtime can tell;
+ * SW_ERR_UNSUPPORTED where the backend cannot adopt queues. */
+SW_API int sw_queue_wrap_native(sw_device *dev, uintptr_t handle,
+                                sw_queue **out);
+/* The runtime context the device's memory and queues live in: a
+ * cl_context (opencl), the CUcontext (cuda: the primary context), a
+ * ze_context_handle_t (ze), the simulated or host device's own.
+ * SW_ERR_UNSUPPORTED where the runtime has none (hip). */
+SW_API int sw_device_native_context(sw_device *dev, uintptr_t *context);
 SW_API int sw_buffer_copy_q(sw_queue *q, sw_buffer *dst, size_t dst_offset,
                             sw_buffer *src, size_t src_offset, size_t n);
 SW_API int sw_op_fill_q(sw_queue *q, sw_buffer *out, sw_dtype dtype, size_t n,

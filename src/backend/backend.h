@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SW__BACKEND_VERSION 4
+#define SW__BACKEND_VERSION 5
 
 typedef struct sw__bdev sw__bdev;     /* a backend's open device */
 typedef struct sw__bqueue sw__bqueue; /* an in-order queue on it */
@@ -170,6 +170,21 @@ typedef struct sw__backend_ops {
      * SW_ERR_UNSUPPORTED when the backend cannot tell for these two.
      * Without the device lock, as event_query. */
     int (*event_elapsed)(sw__bevent *from, sw__bevent *to, double *seconds);
+
+    /* Version 5: the runtime's own handles, for work spillway does not
+     * see (sw_queue_native, sw_queue_wrap_native, sw_device_native_context).
+     * Each may be NULL: the core then answers SW_ERR_UNSUPPORTED. */
+    /* q's stream as the runtime knows it (CUstream, cl_command_queue). */
+    int (*queue_native)(sw__bqueue *q, uintptr_t *handle);
+    /* A queue over a stream the caller owns, checked to be one of this
+     * device (and context), in order, and alive where the runtime can
+     * tell (SW_ERR_INVALID_ARG, saying why, otherwise; handle is never 0).
+     * queue_destroy of it waits for its work and lets go of what it
+     * holds, never destroying the stream itself. */
+    int (*queue_wrap)(sw__bdev *dev, uintptr_t handle, sw__bqueue **out);
+    /* The context the device's memory and queues live in (cl_context,
+     * CUcontext). */
+    int (*native_context)(sw__bdev *dev, uintptr_t *context);
 } sw__backend_ops;
 
 /* The backends this build has (NULL-free list in src/core/device.c). */

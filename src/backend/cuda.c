@@ -577,6 +577,7 @@ struct sw__bqueue {
      * (only this queue's work uses them, in its stream order). */
     swcu_deviceptr partials;
     int partials_pooled; /* from the pool (freed async) or cuMemAlloc */
+    int foreign; /* the caller's stream (queue_wrap): never destroyed */
 };
 
 struct sw__bdev {
@@ -760,7 +761,8 @@ static void cuda__stream_destroy(sw__bqueue *q)
     if (q->stream == NULL)
         return;
     (void)CU(cuEventDestroy_v2)(q->sync_ev);
-    (void)CU(cuStreamDestroy_v2)(q->stream);
+    if (!q->foreign)
+        (void)CU(cuStreamDestroy_v2)(q->stream);
     q->stream = NULL;
     q->sync_ev = NULL;
 }
@@ -1240,6 +1242,70 @@ static int cuda_queue_create(sw__bdev *d, sw__bqueue **out)
     }
     cuda__ref(d);
     *out = q;
+    return SW_OK;
+}
+
+static int cuda_queue_native(sw__bqueue *q, uintptr_t *handle)
+{
+    *handle = (uintptr_t)q->stream;
+    return SW_OK;
+}
+
+/* The caller's stream, which must be a stream of the device's primary
+ * context (cuStreamGetCtx, where the driver has it: CUDA 9.2 on).  The
+ * legacy and per-thread default streams (CU_STREAM_LEGACY 0x1,
+ * CU_STREAM_PER_THREAD 0x2) are no stream objects: refused, as 0 is. */
+static int cuda_queue_wrap(sw__bdev *d, uintptr_t handle, sw__bqueue **out)
+{
+    if (handle == 0x1 || handle == 0x2)
+        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: %#jx is the %s "
+                          "default stream, which spillway does not adopt: "
+                          "create a stream", d->index, (uintmax_t)handle,
+                          handle == 0x1 ? "legacy" : "per-thread");
+    sw__bqueue *q = sw__calloc(1, sizeof *q);
+    if (q == NULL)
+        return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: no host memory for a "
+                          "queue", d->index);
+    q->dev = d;
+    q->foreign = 1;
+    q->stream = (swcu_stream)handle;
+    cuda__scope s;
+    int rc = cuda__enter(d, &s);
+    if (rc == SW_OK) {
+        swcu_context ctx = NULL;
+        swcu_result r = SWCU_CUDA_SUCCESS;
+        char nb[64];
+        if (CU(cuStreamGetCtx) != NULL &&
+            (r = CU(cuStreamGetCtx)(q->stream, &ctx)) != SWCU_CUDA_SUCCESS)
+            rc = sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: %#jx is not a "
+                            "live stream (cuStreamGetCtx: %s)", d->index,
+                            (uintmax_t)handle,
+                            cuda__err_name(r, nb, sizeof nb));
+        else if (CU(cuStreamGetCtx) != NULL && ctx != d->ctx)
+            rc = sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: stream %#jx is "
+                            "of another context than the device's primary "
+                            "one (Device.native_context)", d->index,
+                            (uintmax_t)handle);
+        if (rc == SW_OK &&
+            (r = CU(cuEventCreate)(&q->sync_ev,
+                                   SWCU_CU_EVENT_DISABLE_TIMING |
+                                       SWCU_CU_EVENT_BLOCKING_SYNC)) !=
+                SWCU_CUDA_SUCCESS)
+            rc = cuda__fail(d->index, r, "cuEventCreate", NULL);
+        cuda__leave(&s);
+    }
+    if (rc != SW_OK) {
+        sw__free(q);
+        return rc;
+    }
+    cuda__ref(d);
+    *out = q;
+    return SW_OK;
+}
+
+static int cuda_native_context(sw__bdev *d, uintptr_t *context)
+{
+    *context = (uintptr_t)d->ctx;
     return SW_OK;
 }
 
@@ -2095,6 +2161,9 @@ const sw__backend_ops sw__cuda_backend = {
     .event_wait = cuda_event_wait,
     .event_release = cuda_event_release,
     .event_elapsed = cuda_event_elapsed,
+    .queue_native = cuda_queue_native,
+    .queue_wrap = cuda_queue_wrap,
+    .native_context = cuda_native_context,
     .synchronize = cuda_synchronize,
     .wait_event = cuda_wait_event,
     .copy_queue = cuda_copy_queue,

@@ -205,6 +205,8 @@ enum {
     X(1, cuStreamDestroy, cuStreamDestroy_v2, (swcu_stream stream))           \
     X(1, cuStreamSynchronize, cuStreamSynchronize, (swcu_stream stream))      \
     X(1, cuStreamQuery, cuStreamQuery, (swcu_stream stream))                  \
+    X(0, cuStreamGetCtx, cuStreamGetCtx,                                      \
+      (swcu_stream stream, swcu_context *pctx))                               \
     X(1, cuStreamWaitEvent, cuStreamWaitEvent,                                \
       (swcu_stream stream, swcu_event event, unsigned int flags))             \
     X(1, cuEventCreate, cuEventCreate,                                        \

@@ -369,6 +369,7 @@ struct sw__bqueue {
     swhip_stream stream;
     void *partials; /* HIP__SUM_BLOCKS partial sums, at the first sum */
     int partials_pooled;
+    int foreign; /* the caller's stream (queue_wrap): never destroyed */
 };
 
 struct sw__bdev {
@@ -896,11 +897,57 @@ static void hip_queue_destroy(sw__bqueue *q)
             hip__partials_free(q);
         (void)HIP(hipStreamSynchronize)(q->stream);
         hip__partials_free(q);
-        (void)HIP(hipStreamDestroy)(q->stream);
+        if (!q->foreign)
+            (void)HIP(hipStreamDestroy)(q->stream);
         hip__leave(&s);
     }
     sw__free(q);
     hip__unref(d);
+}
+
+static int hip_queue_native(sw__bqueue *q, uintptr_t *handle)
+{
+    *handle = (uintptr_t)q->stream;
+    return SW_OK;
+}
+
+/* The caller's stream, which must be one of this device
+ * (hipStreamGetDevice, where the runtime has it).  The legacy and
+ * per-thread default streams (hipStreamLegacy 0x1, hipStreamPerThread 0x2)
+ * are refused, as 0 is. */
+static int hip_queue_wrap(sw__bdev *d, uintptr_t handle, sw__bqueue **out)
+{
+    if (handle == 0x1 || handle == 0x2)
+        return sw__errorf(SW_ERR_INVALID_ARG, "hip:%d: %#jx is a default "
+                          "stream, which spillway does not adopt: create a "
+                          "stream", d->index, (uintmax_t)handle);
+    if (HIP(hipStreamGetDevice) != NULL) {
+        swhip_device dev = -1;
+        hip__scope s;
+        int rc = hip__enter(d, &s);
+        if (rc != SW_OK)
+            return rc;
+        swhip_error r = HIP(hipStreamGetDevice)((swhip_stream)handle, &dev);
+        hip__leave(&s);
+        if (r != SWHIP_hipSuccess)
+            return sw__errorf(SW_ERR_INVALID_ARG, "hip:%d: %#jx is not a "
+                              "live stream (hipStreamGetDevice: error %d)",
+                              d->index, (uintmax_t)handle, (int)r);
+        if (dev != d->index)
+            return sw__errorf(SW_ERR_INVALID_ARG, "hip:%d: stream %#jx is "
+                              "of device %d", d->index, (uintmax_t)handle,
+                              (int)dev);
+    }
+    sw__bqueue *q = sw__calloc(1, sizeof *q);
+    if (q == NULL)
+        return sw__errorf(SW_ERR_HOST_OOM, "hip:%d: no host memory for a "
+                          "queue", d->index);
+    q->dev = d;
+    q->stream = (swhip_stream)handle;
+    q->foreign = 1;
+    hip__ref(d);
+    *out = q;
+    return SW_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -1432,4 +1479,6 @@ const sw__backend_ops sw__hip_backend = {
     .event_release = hip_event_release,
     .synchronize = hip_synchronize,
     .wait_event = hip_wait_event,
+    .queue_native = hip_queue_native,
+    .queue_wrap = hip_queue_wrap,
 };

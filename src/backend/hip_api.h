@@ -169,6 +169,8 @@ enum {
       (swhip_stream *stream, unsigned int flags))                             \
     X(1, swhip_error, hipStreamDestroy, (swhip_stream stream))                \
     X(1, swhip_error, hipStreamSynchronize, (swhip_stream stream))            \
+    X(0, swhip_error, hipStreamGetDevice,                                     \
+      (swhip_stream stream, swhip_device *device))                            \
     X(1, swhip_error, hipStreamWaitEvent,                                     \
       (swhip_stream stream, swhip_event event, unsigned int flags))           \
     X(1, swhip_error, hipEventCreateWithFlags,                                \

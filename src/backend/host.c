@@ -234,10 +234,13 @@ static void host__sum(sw_dtype d, const unsigned char *a, size_t n,
 
 struct sw__bqueue {
     sw__bdev *dev;
+    sw__bqueue *next; /* in dev->queues (the device lock) */
+    unsigned wraps;   /* core queues adopting it besides its maker */
 };
 
 struct sw__bdev {
     sw__bqueue dq;
+    sw__bqueue *queues; /* made by queue_create: what queue_wrap adopts */
     uint64_t cap;       /* SPILLWAY_HOST_MEMORY, 0 when unset */
     uint64_t total;     /* props.total */
     uint64_t allocated; /* bytes of live allocations (device lock) */
@@ -381,14 +384,54 @@ static int host_queue_create(sw__bdev *d, sw__bqueue **out)
         return sw__errorf(SW_ERR_HOST_OOM, "host:0: no host memory for a "
                           "queue");
     q->dev = d;
+    q->next = d->queues;
+    d->queues = q;
     *out = q;
     return SW_OK;
 }
 
 static void host_queue_destroy(sw__bqueue *q)
 {
-    if (q != NULL && q != &q->dev->dq)
-        sw__free(q);
+    if (q == NULL || q == &q->dev->dq)
+        return;
+    if (q->wraps > 0) {
+        q->wraps--;
+        return;
+    }
+    sw__bqueue **pp = &q->dev->queues;
+    while (*pp != q)
+        pp = &(*pp)->next;
+    *pp = q->next;
+    sw__free(q);
+}
+
+/* A host queue's native handle is its address; adopting one looks it up
+ * among the device's (never dereferencing a stranger). */
+static int host_queue_native(sw__bqueue *q, uintptr_t *handle)
+{
+    *handle = (uintptr_t)q;
+    return SW_OK;
+}
+
+static int host_queue_wrap(sw__bdev *d, uintptr_t handle, sw__bqueue **out)
+{
+    sw__bqueue *found = handle == (uintptr_t)&d->dq ? &d->dq : NULL;
+    for (sw__bqueue *q = d->queues; q && !found; q = q->next)
+        if ((uintptr_t)q == handle)
+            found = q;
+    if (found == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "host:0: %#jx is not a live "
+                          "queue of this device", (uintmax_t)handle);
+    if (found != &d->dq)
+        found->wraps++;
+    *out = found;
+    return SW_OK;
+}
+
+static int host_native_context(sw__bdev *d, uintptr_t *context)
+{
+    *context = (uintptr_t)d;
+    return SW_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -555,4 +598,7 @@ const sw__backend_ops sw__host_backend = {
     .event_release = host_event_release,
     .synchronize = host_synchronize,
     .wait_event = host_wait_event,
+    .queue_native = host_queue_native,
+    .queue_wrap = host_queue_wrap,
+    .native_context = host_native_context,
 };

@@ -428,6 +428,12 @@ struct sw__bqueue {
     cl_mem partials; /* a sum's stage-1 results: OCL__SUM_GROUPS x
                       * OCL__PARTIAL bytes */
     int profiled;    /* the copy queue: events are timed markers */
+    /* Its cl_command_queue is known outside (queue_native handed it out,
+     * or queue_wrap adopted it): commands spillway did not enqueue may be
+     * on it, so `last` does not stand for everything queued there, and
+     * events and idleness take a marker of their own. */
+    int foreign;
+    int idle_marked; /* `last` is a marker queue_idle enqueued (foreign) */
     ocl__dfree *head, *tail; /* deferred frees, oldest first */
     sw__bqueue *next;        /* in dev->queues */
 };
@@ -575,6 +581,7 @@ static void ocl__track(sw__bqueue *q, cl_event ev)
         clReleaseEvent(q->last);
     q->last = ev;
     q->unflushed = 1;
+    q->idle_marked = 0;
 }
 
 /* An event that completes once all work queued on q so far has: the
@@ -768,7 +775,8 @@ static int ocl__copy_any(sw__bqueue *q, cl_mem dst, size_t doff, cl_mem src,
  * runs transfers and barriers only, so it takes no device memory, and is
  * profiled (event_elapsed): profiling costs a timestamp per command, and
  * its commands are few and large. */
-static int ocl__queue_new(sw__bdev *dev, int partials, sw__bqueue **out)
+static int ocl__queue_new(sw__bdev *dev, int partials, cl_command_queue own,
+                          sw__bqueue **out)
 {
     sw__bqueue *q = sw__calloc(1, sizeof *q);
     if (!q)
@@ -786,16 +794,24 @@ static int ocl__queue_new(sw__bdev *dev, int partials, sw__bqueue **out)
     }
     cl_int err = CL_SUCCESS;
     q->profiled = !partials;
-    q->cq = clCreateCommandQueue(dev->ctx, dev->device,
-                                 q->profiled ? CL_QUEUE_PROFILING_ENABLE : 0,
-                                 &err);
-    if (q->profiled && (!q->cq || err != CL_SUCCESS)) {
+    if (own != NULL) {
+        /* Adopted (queue_wrap): a reference of ours, released with it. */
+        err = clRetainCommandQueue(own);
+        q->cq = err == CL_SUCCESS ? own : NULL;
+    } else {
+        q->cq = clCreateCommandQueue(dev->ctx, dev->device,
+                                     q->profiled ? CL_QUEUE_PROFILING_ENABLE
+                                                 : 0,
+                                     &err);
+    }
+    if (own == NULL && q->profiled && (!q->cq || err != CL_SUCCESS)) {
         q->profiled = 0; /* the runtime cannot: untimed, as other queues */
         q->cq = clCreateCommandQueue(dev->ctx, dev->device, 0, &err);
     }
     if (!q->cq || err != CL_SUCCESS) {
         sw__free(q);
-        return ocl__fail(ocl__code(err), dev->index, "clCreateCommandQueue",
+        return ocl__fail(ocl__code(err), dev->index,
+                         own ? "clRetainCommandQueue" : "clCreateCommandQueue",
                          err, NULL);
     }
     if (psize > 0)
@@ -1123,9 +1139,9 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
     }
     rc = ocl__build_all(dev);
     if (rc == SW_OK)
-        rc = ocl__queue_new(dev, 1, &dev->default_q);
+        rc = ocl__queue_new(dev, 1, NULL, &dev->default_q);
     if (rc == SW_OK && ocl__env_copy_queue())
-        rc = ocl__queue_new(dev, 0, &dev->copy_q);
+        rc = ocl__queue_new(dev, 0, NULL, &dev->copy_q);
     if (rc != SW_OK) {
         ocl__close_dev(dev);
         return rc;
@@ -1277,7 +1293,60 @@ static sw__bqueue *ocl_default_queue(sw__bdev *dev) { return dev->default_q; }
 
 static int ocl_queue_create(sw__bdev *dev, sw__bqueue **out)
 {
-    return ocl__queue_new(dev, 1, out);
+    return ocl__queue_new(dev, 1, NULL, out);
+}
+
+static int ocl_queue_native(sw__bqueue *q, uintptr_t *handle)
+{
+    q->foreign = 1;
+    *handle = (uintptr_t)q->cq;
+    return SW_OK;
+}
+
+/* A command queue of the caller's, which must be of this context and
+ * device, and in order (the contract's queues are).  A released queue
+ * cannot be told from a live one in OpenCL (the ICD loader reads through
+ * the handle): that is the caller's to avoid, as with any OpenCL call. */
+static int ocl_queue_wrap(sw__bdev *dev, uintptr_t handle, sw__bqueue **out)
+{
+    cl_command_queue cq = (cl_command_queue)handle;
+    cl_context ctx = NULL;
+    cl_device_id device = NULL;
+    cl_command_queue_properties props = 0;
+    cl_int err = clGetCommandQueueInfo(cq, CL_QUEUE_CONTEXT, sizeof ctx,
+                                       &ctx, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(cq, CL_QUEUE_DEVICE, sizeof device,
+                                    &device, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(cq, CL_QUEUE_PROPERTIES, sizeof props,
+                                    &props, NULL);
+    if (err != CL_SUCCESS)
+        return ocl__fail(SW_ERR_INVALID_ARG, dev->index,
+                         "clGetCommandQueueInfo", err,
+                         "not a live command queue");
+    if (ctx != dev->ctx || device != dev->device)
+        return sw__errorf(SW_ERR_INVALID_ARG, "opencl:%d: command queue "
+                          "%#jx is of %s, not of this device's context "
+                          "(make it in Device.native_context: "
+                          "pyopencl.Context.from_int_ptr)", dev->index,
+                          (uintmax_t)handle,
+                          ctx != dev->ctx ? "another context"
+                                          : "another device");
+    if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+        return sw__errorf(SW_ERR_INVALID_ARG, "opencl:%d: command queue "
+                          "%#jx runs out of order; spillway's queues are in "
+                          "order", dev->index, (uintmax_t)handle);
+    int rc = ocl__queue_new(dev, 1, cq, out);
+    if (rc == SW_OK)
+        (*out)->foreign = 1;
+    return rc;
+}
+
+static int ocl_native_context(sw__bdev *dev, uintptr_t *context)
+{
+    *context = (uintptr_t)dev->ctx;
+    return SW_OK;
 }
 
 /* The default and copy queues live until close. */
@@ -1299,6 +1368,21 @@ static sw__bqueue *ocl_copy_queue(sw__bdev *dev) { return dev->copy_q; }
  * flush. */
 static int ocl_queue_idle(sw__bqueue *q)
 {
+    if (q->foreign) {
+        /* Others' commands too: a marker says, once flushed.  Never
+         * waiting, a fresh marker is seldom complete at once: the next
+         * ask finds the one this ask left, if nothing came after it. */
+        if (q->idle_marked && ocl__complete(q->last))
+            return 1;
+        cl_event m = NULL;
+        if (clEnqueueMarkerWithWaitList(q->cq, 0, NULL, &m) != CL_SUCCESS)
+            return 0;
+        ocl__track(q, m);
+        q->idle_marked = 1;
+        clFlush(q->cq);
+        q->unflushed = 0;
+        return ocl__complete(q->last);
+    }
     if (q->last == NULL)
         return 1;
     if (q->unflushed) {
@@ -1549,7 +1633,7 @@ static int ocl_event_record(sw__bqueue *q, sw__bevent **out)
      * have ended long before (an idle queue), and its end would count the
      * idle time as the next copies'. */
     ev->timed = q->profiled;
-    if (q->profiled) {
+    if (q->profiled || q->foreign) {
         cl_event m = NULL;
         cl_int err = clEnqueueMarkerWithWaitList(q->cq, 0, NULL, &m);
         if (err != CL_SUCCESS) {
@@ -1695,4 +1779,7 @@ const sw__backend_ops sw__opencl_backend = {
     .copy_queue = ocl_copy_queue,
     .queue_idle = ocl_queue_idle,
     .event_elapsed = ocl_event_elapsed,
+    .queue_native = ocl_queue_native,
+    .queue_wrap = ocl_queue_wrap,
+    .native_context = ocl_native_context,
 };

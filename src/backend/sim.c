@@ -63,6 +63,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stddef.h>
@@ -177,6 +178,9 @@ struct sw__bqueue {
                         * parked list (event mutex) */
     uintptr_t reserve; /* SW_SIM_QUEUE_RESERVE bytes (not the default's) */
     sw__bqueue *next; /* in dev->queues, under sim__registry_mu */
+    /* Core queues adopting it (queue_wrap) beside the one that made it;
+     * each destroy drops one (under the core's device lock). */
+    unsigned wraps;
 };
 
 struct sw__bdev {
@@ -1039,16 +1043,57 @@ static int sim_queue_create(sw__bdev *dev, sw__bqueue **out)
     return SW_OK;
 }
 
-/* The default queue lives until close. */
+/* The default queue lives until close, and so does the copy queue; one
+ * that core queues adopted lives until the last of them goes. */
 static void sim_queue_destroy(sw__bqueue *q)
 {
-    if (!q || q == q->dev->default_q)
+    if (!q || q == q->dev->default_q || q == q->dev->copy_q)
         return;
+    if (q->wraps > 0) {
+        q->wraps--;
+        return;
+    }
     sw__bdev *dev = q->dev;
     uintptr_t reserve = q->reserve;
     sim__queue_free(q);
     if (reserve)
         sw__sim_arena_unreserve(&dev->arena, reserve);
+}
+
+/* A sim queue's native handle is its address: a runtime on the simulated
+ * device (a test, a second spillway queue) adopts it by that. */
+static int sim_queue_native(sw__bqueue *q, uintptr_t *handle)
+{
+    *handle = (uintptr_t)q;
+    return SW_OK;
+}
+
+/* Only a live queue of this device is adopted: the handle is looked up in
+ * the device's list, never dereferenced first. */
+static int sim_queue_wrap(sw__bdev *dev, uintptr_t handle, sw__bqueue **out)
+{
+    sw__bqueue *found = NULL;
+    pthread_mutex_lock(&sim__registry_mu);
+    for (sw__bqueue *q = dev->queues; q && !found; q = q->next)
+        if ((uintptr_t)q == handle)
+            found = q;
+    pthread_mutex_unlock(&sim__registry_mu);
+    if (found == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "sim:%d: %#jx is not a live "
+                          "queue of this device", dev->index,
+                          (uintmax_t)handle);
+    if (found->wraps == UINT_MAX)
+        return sw__errorf(SW_ERR_TOO_LARGE, "sim:%d: too many adoptions of "
+                          "one queue", dev->index);
+    found->wraps++;
+    *out = found;
+    return SW_OK;
+}
+
+static int sim_native_context(sw__bdev *dev, uintptr_t *context)
+{
+    *context = (uintptr_t)dev;
+    return SW_OK;
 }
 
 /* The copy queue: made by open, without a reservation (it is the
@@ -1325,4 +1370,7 @@ const sw__backend_ops sw__sim_backend = {
     .copy_queue = sim_copy_queue,
     .queue_idle = sim_queue_idle,
     .event_elapsed = sim_event_elapsed,
+    .queue_native = sim_queue_native,
+    .queue_wrap = sim_queue_wrap,
+    .native_context = sim_native_context,
 };

@@ -456,6 +456,7 @@ struct sw__bqueue {
     int sync_busy[ZE__SYNC_SLOTS];
     ze__hold *holds; /* device lock */
     void *partials;  /* ZE__SUM_GROUPS x 8 bytes, at the first sum */
+    int foreign;     /* the caller's list (queue_wrap): never destroyed */
 };
 
 struct sw__bdev {
@@ -694,7 +695,7 @@ static int ze__reserve(sw__bdev *d)
         pthread_mutex_unlock(&(q)->mu);                                       \
     } while (0)
 
-static int ze__queue_new(sw__bdev *d, sw__bqueue **out)
+static int ze__queue_new(sw__bdev *d, swze_cmdlist own, sw__bqueue **out)
 {
     sw__bqueue *q = sw__calloc(1, sizeof *q);
     if (q == NULL)
@@ -705,7 +706,10 @@ static int ze__queue_new(sw__bdev *d, sw__bqueue **out)
     int s = 0;
     for (; s < ZE__SYNC_SLOTS && rc == SW_OK; s++)
         rc = ze__event_get(d, &q->sync[s]);
-    if (rc == SW_OK) {
+    if (rc == SW_OK && own != NULL) {
+        q->list = own;
+        q->foreign = 1;
+    } else if (rc == SW_OK) {
         swze_command_queue_desc qd = {
             SWZE_ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, NULL, d->ordinal, 0, 0,
             SWZE_ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS,
@@ -780,7 +784,8 @@ static void ze__queue_free(sw__bqueue *q)
     }
     if (q->partials != NULL)
         (void)ZE(zeMemFree)(d->ctx, q->partials);
-    (void)ZE(zeCommandListDestroy)(q->list);
+    if (!q->foreign)
+        (void)ZE(zeCommandListDestroy)(q->list);
     for (int i = 0; i < ZE__SYNC_SLOTS; i++)
         ze__event_put(q->sync[i]);
     pthread_cond_destroy(&q->cv);
@@ -932,7 +937,7 @@ static int ze_open(int index, sw__bdev **out, sw__device_props *props)
         ze__unref(d);
         return ze__fail(index, r, "zeContextCreate", NULL);
     }
-    int rc = ze__queue_new(d, &d->dq);
+    int rc = ze__queue_new(d, NULL, &d->dq);
     if (rc != SW_OK) {
         ze__unref(d);
         return rc;
@@ -1109,7 +1114,61 @@ static sw__bqueue *ze_default_queue(sw__bdev *d) { return d->dq; }
 
 static int ze_queue_create(sw__bdev *d, sw__bqueue **out)
 {
-    return ze__queue_new(d, out);
+    return ze__queue_new(d, NULL, out);
+}
+
+static int ze_queue_native(sw__bqueue *q, uintptr_t *handle)
+{
+    *handle = (uintptr_t)q->list;
+    return SW_OK;
+}
+
+/* The caller's immediate command list, which must be of this device's
+ * context and device, checked where the loader has the queries (Level
+ * Zero 1.9: zeCommandListGetContextHandle, ...GetDeviceHandle,
+ * ...IsImmediate); a regular list, closed and executed later, has no
+ * order spillway could join. */
+static int ze_queue_wrap(sw__bdev *d, uintptr_t handle, sw__bqueue **out)
+{
+    swze_cmdlist l = (swze_cmdlist)handle;
+    swze_result r;
+    if (ZE(zeCommandListGetContextHandle) != NULL) {
+        swze_context c = NULL;
+        r = ZE(zeCommandListGetContextHandle)(l, &c);
+        if (r != SWZE_ZE_RESULT_SUCCESS)
+            return sw__errorf(SW_ERR_INVALID_ARG, "ze:%d: %#jx is not a "
+                              "live command list (zeCommandListGet"
+                              "ContextHandle: %#x)", d->index,
+                              (uintmax_t)handle, (unsigned)r);
+        if (c != d->ctx)
+            return sw__errorf(SW_ERR_INVALID_ARG, "ze:%d: command list "
+                              "%#jx is of another context than the "
+                              "device's (Device.native_context)", d->index,
+                              (uintmax_t)handle);
+    }
+    if (ZE(zeCommandListGetDeviceHandle) != NULL) {
+        swze_device dv = NULL;
+        r = ZE(zeCommandListGetDeviceHandle)(l, &dv);
+        if (r != SWZE_ZE_RESULT_SUCCESS || dv != d->device)
+            return sw__errorf(SW_ERR_INVALID_ARG, "ze:%d: command list "
+                              "%#jx is of another device", d->index,
+                              (uintmax_t)handle);
+    }
+    if (ZE(zeCommandListIsImmediate) != NULL) {
+        uint8_t imm = 0;
+        r = ZE(zeCommandListIsImmediate)(l, &imm);
+        if (r != SWZE_ZE_RESULT_SUCCESS || !imm)
+            return sw__errorf(SW_ERR_INVALID_ARG, "ze:%d: command list "
+                              "%#jx is not an immediate one", d->index,
+                              (uintmax_t)handle);
+    }
+    return ze__queue_new(d, l, out);
+}
+
+static int ze_native_context(sw__bdev *d, uintptr_t *context)
+{
+    *context = (uintptr_t)d->ctx;
+    return SW_OK;
 }
 
 static void ze_queue_destroy(sw__bqueue *q)
@@ -1583,4 +1642,7 @@ const sw__backend_ops sw__ze_backend = {
     .event_release = ze_event_release,
     .synchronize = ze_synchronize,
     .wait_event = ze_wait_event,
+    .queue_native = ze_queue_native,
+    .queue_wrap = ze_queue_wrap,
+    .native_context = ze_native_context,
 };

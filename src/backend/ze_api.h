@@ -16,7 +16,9 @@
  *    returning ze_result_t; kind 1: required, 0: optional (the backend
  *    adapts), 3: optional and newer than the headers the build is checked
  *    against (Debian's are the 1.4 specification; zesInit and the Sysman
- *    enumeration around it came with 1.5), so not checked there.
+ *    enumeration around it came with 1.5, the command-list queries
+ *    zeCommandListGetContextHandle and friends with 1.9), so not checked
+ *    there.
  *  - Types are the ABI types: enums and flags are uint32_t, ze_bool_t is
  *    uint8_t, handles are pointers to the headers' struct tags.
  *  - Only what the backend uses is declared.
@@ -264,6 +266,12 @@ enum {
       (swze_context context, swze_device device,                              \
        const swze_command_queue_desc *desc, swze_cmdlist *list))              \
     X(1, zeCommandListDestroy, (swze_cmdlist list))                           \
+    X(3, zeCommandListGetContextHandle,                                       \
+      (swze_cmdlist list, swze_context *context))                             \
+    X(3, zeCommandListGetDeviceHandle,                                        \
+      (swze_cmdlist list, swze_device *device))                               \
+    X(3, zeCommandListIsImmediate,                                            \
+      (swze_cmdlist list, uint8_t *immediate))                                \
     X(1, zeCommandListAppendBarrier,                                          \
       (swze_cmdlist list, swze_event signal, uint32_t nwait,                  \
        swze_event *waits))                                                    \

@@ -389,3 +389,38 @@ int sw__b_queue_wait(sw_device *dev, sw__bqueue *q, sw__bqueue *on)
     dev->ops->event_release(ev);
     return rc;
 }
+
+/* Version 5 */
+
+static int no_native(const sw_device *dev, const char *what)
+{
+    return sw__errorf(SW_ERR_UNSUPPORTED, "%s: the %s backend has no %s",
+                      dev->name, dev->ops->name, what);
+}
+
+int sw__b_queue_native(sw_device *dev, sw__bqueue *q, uintptr_t *handle)
+{
+    sw__assert_locked(dev);
+    *handle = 0;
+    if (dev->ops->version < 5 || dev->ops->queue_native == NULL)
+        return no_native(dev, "native queue handles");
+    return dev->ops->queue_native(q, handle);
+}
+
+int sw__b_queue_wrap(sw_device *dev, uintptr_t handle, sw__bqueue **out)
+{
+    sw__assert_locked(dev);
+    *out = NULL;
+    if (dev->ops->version < 5 || dev->ops->queue_wrap == NULL)
+        return no_native(dev, "way to adopt a queue it did not create");
+    return dev->ops->queue_wrap(dev->b, handle, out);
+}
+
+int sw__b_native_context(sw_device *dev, uintptr_t *context)
+{
+    sw__assert_locked(dev);
+    *context = 0;
+    if (dev->ops->version < 5 || dev->ops->native_context == NULL)
+        return no_native(dev, "native context");
+    return dev->ops->native_context(dev->b, context);
+}

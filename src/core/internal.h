@@ -456,6 +456,13 @@ struct sw__queue {
     uint32_t refs; /* under the device lock */
     int id;
     bool dying; /* last reference gone; destroyed once idle */
+    /* A queue adopting another spillway queue's native stream
+     * (sw_queue_wrap_native) shares that queue's backend queue: bq_owner
+     * is the queue that made it, whose bq_sharers counts the sharers; the
+     * owner's backend queue is destroyed only once no sharer is left. */
+    sw__queue *bq_owner;
+    uint32_t bq_sharers;
+    uintptr_t native; /* its native handle once handed out, else 0 */
     sw__queue *prev, *next; /* dev->queues */
     /* Host tasks run in order, on the runner pool (hosttask.c).  `tlock`
      * is a leaf lock. */
@@ -506,6 +513,9 @@ bool sw__in_own_task(const sw__queue *q);
  * after the default queue's earlier work on it, or the default queue
  * after other queues' work on it.  Never blocks. */
 int sw__order_use_locked(sw_device *dev, sw__buf *base, sw__queue *q);
+/* Record that q used base (its qmask bit, and q's list of them), without
+ * ordering anything: a pin that q already waited for, ending. */
+void sw__queue_mark_used_locked(sw__queue *q, sw__buf *base);
 /* Validate q and take its device's lock (a dying queue is refused). */
 int sw__queue_enter(const sw_queue *h, sw__queue **q);
 /* Validate a queue handle as a live queue of dev, whose lock is held. */
@@ -743,6 +753,11 @@ int sw__b_wait_event(sw_device *dev, sw__bqueue *q, sw__bevent *ev);
 int sw__b_queue_idle(sw_device *dev, sw__bqueue *q);
 /* The same, but `unknown` when the backend has no queue_idle. */
 int sw__b_queue_idle_or(sw_device *dev, sw__bqueue *q, int unknown);
+/* Version 5: native handles; SW_ERR_UNSUPPORTED (with the message) when
+ * the backend has none. */
+int sw__b_queue_native(sw_device *dev, sw__bqueue *q, uintptr_t *handle);
+int sw__b_queue_wrap(sw_device *dev, uintptr_t handle, sw__bqueue **out);
+int sw__b_native_context(sw_device *dev, uintptr_t *context);
 /* Page-locked host memory; SW_ERR_UNSUPPORTED when the backend has none. */
 int sw__b_host_alloc(sw_device *dev, size_t size, void **out);
 void sw__b_host_free(sw_device *dev, void *p, size_t size);

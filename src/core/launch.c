@@ -244,13 +244,18 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
 }
 
 /* The warm path's pin of one argument: its base resident, not moving, not
- * held by another call's restore, with no queue to order; then pinned, used at `clock`, and its pointer
- * written.  False (nothing done) for the general path. */
-static inline bool pin_warm(sw__buf *b, uint64_t clock, sw_devmem *p)
+ * held by another call's restore, with nothing to order (for the default
+ * queue: no queue used it, qmask 0; for a queue: it did already, its bit
+ * set, and no prefetch's copy in to wait for: qmask & qmask_bits ==
+ * qmask_want); then pinned, used at `clock`, and its pointer written.
+ * False (nothing done) for the general path. */
+static inline bool pin_warm(sw__buf *b, uint64_t clock, sw_devmem *p,
+                            uint64_t qmask_bits, uint64_t qmask_want)
 {
     sw__buf *base = b->base;
     if (__builtin_expect(base->state != SW_RESIDENT || base->moving ||
-                             base->hold_host || base->qmask != 0,
+                             base->hold_host ||
+                             (base->qmask & qmask_bits) != qmask_want,
                          0))
         return false;
     base->pins++;
@@ -276,7 +281,8 @@ int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
     size_t i = 0;
     if (q == NULL && ptrs != NULL) {
         uint64_t clock = dev->clock;
-        for (; i < n && pin_warm(bufs[i], clock + 1, &ptrs[i]); i++)
+        for (; i < n && pin_warm(bufs[i], clock + 1, &ptrs[i], UINT64_MAX, 0);
+             i++)
             clock++;
         dev->clock = clock;
         if (__builtin_expect(i == n, 1))
@@ -364,6 +370,7 @@ static int args_decode_locked(sw_device *dev, sw_buffer *const *h, size_t n,
  * empty asm hides where the pointer came from, so it is computed once. */
 typedef struct {
     const sw_device *dev;  /* a begin waiting for its end, or NULL */
+    const sw__queue *q;    /* ... its queue (sw_launch_begin_q), or NULL */
     const sw_device *memo; /* h and b decode to b on it (until freed) */
     sw_buffer *const *bufs;
     size_t n;
@@ -389,7 +396,8 @@ static inline last_begin_t *last_begin(void)
  * rather than check, copy, pin and copy back: ~60 instructions per
  * argument were ~25 of them (callgrind). */
 static size_t memo_pin_locked(sw_device *dev, const last_begin_t *last,
-                              sw_buffer *const *h, size_t n, sw_devmem *ptrs)
+                              sw_buffer *const *h, size_t n, sw_devmem *ptrs,
+                              uint64_t qmask_bits, uint64_t qmask_want)
 {
     if (last->memo != dev || last->n != n)
         return 0;
@@ -398,7 +406,7 @@ static size_t memo_pin_locked(sw_device *dev, const last_begin_t *last,
     for (i = 0; i < n; i++) {
         sw__buf *b = last->b[i];
         if (h[i] != last->h[i] || !sw__handle_matches(&b->h, h[i]) ||
-            !pin_warm(b, clock + 1, &ptrs[i]))
+            !pin_warm(b, clock + 1, &ptrs[i], qmask_bits, qmask_want))
             break;
         clock++;
     }
@@ -428,8 +436,9 @@ SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
     }
     last_begin_t *last = last_begin();
     if (n <= ARGS_ON_STACK && n > 0 &&
-        memo_pin_locked(dev, last, bufs, n, ptrs) == n) {
+        memo_pin_locked(dev, last, bufs, n, ptrs, UINT64_MAX, 0) == n) {
         last->dev = dev;
+        last->q = NULL;
         last->bufs = bufs;
         sw__unlock(dev);
         return SW_OK;
@@ -440,6 +449,7 @@ SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
         rc = sw__pin_all_locked(dev, NULL, a.v, n, ptrs);
         if (rc == SW_OK && n <= ARGS_ON_STACK) {
             last->dev = dev;
+            last->q = NULL;
             last->memo = dev;
             last->bufs = bufs;
             last->n = n;
@@ -479,7 +489,8 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
      * generations need checking (their slots are pinned, so not reused,
      * and pinned by that begin). */
     last_begin_t *last = last_begin();
-    bool cached = last->dev == dev && last->bufs == bufs && last->n == n;
+    bool cached = last->dev == dev && last->q == NULL && last->bufs == bufs &&
+                  last->n == n;
     last->dev = NULL;
     if (cached && n > 0) {
         /* Check and unpin in one pass; a failed check pins back what was
@@ -515,7 +526,13 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
     launch_args a;
     rc = args_decode_locked(dev, bufs, n, &a);
     for (size_t i = 0; rc == SW_OK && i < n; i++) {
-        if (a.v[i]->base->pins == 0) {
+        /* Pinned at least as many times as it appears (an end that would
+         * unpin past zero is refused whole). */
+        sw__buf *base = a.v[i]->base;
+        uint32_t need = 1;
+        for (size_t j = 0; j < i; j++)
+            need += a.v[j]->base == base;
+        if (base->pins < need) {
             rc = sw__errorf(SW_ERR_INVALID_ARG, "launch argument %zu is "
                             "not pinned: sw_launch_end without a matching "
                             "sw_launch_begin", i);
@@ -526,6 +543,197 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
         sw__unlock(dev);
         return rc;
     }
+    unpin_all_locked(dev, a.v, n);
+    args_free(&a);
+    sw__unlock(dev);
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Pins for work on a queue spillway does not see (sw_launch_begin_q)
+ * ---------------------------------------------------------------------- */
+
+/* The host's pin: the general pin for the default queue, then every
+ * argument's queued work waited for (the default queue waits on the device
+ * for the other queues that used them, then the host for the default
+ * queue, without the lock), so that the memory may be touched from the
+ * host at once.  On failure nothing stays pinned. */
+static int begin_host_locked(sw_device *dev, sw__buf *const *v, size_t n,
+                             sw_devmem *ptrs)
+{
+    int rc = sw__pin_all_locked(dev, NULL, v, n, ptrs);
+    if (rc != SW_OK)
+        return rc;
+    for (size_t i = 0; rc == SW_OK && i < n; i++) {
+        sw__buf *base = v[i]->base;
+        if (base->qmask != 0)
+            rc = sw__order_use_locked(dev, base, NULL);
+        /* The caller may write it from now on: a restore's hold ends. */
+        if (rc == SW_OK && base->hold_host)
+            sw__hold_end_locked(dev, base);
+    }
+    if (rc == SW_OK)
+        rc = sw__wait_idle_locked(dev);
+    if (rc != SW_OK)
+        unpin_all_locked(dev, v, n);
+    return rc;
+}
+
+SW_API int sw_launch_begin_q(sw_queue *qh, sw_buffer *const *bufs, size_t n,
+                             sw_devmem *ptrs)
+{
+    if ((bufs == NULL || ptrs == NULL) && n > 0) {
+        if (ptrs != NULL)
+            memset(ptrs, 0, n * sizeof *ptrs);
+        return sw__errorf(SW_ERR_INVALID_ARG, "bufs or ptrs is NULL");
+    }
+    sw_device *dev = NULL;
+    sw__queue *q = NULL;
+    int rc;
+    if (qh != NULL) {
+        rc = sw__queue_enter(qh, &q);
+        if (rc == SW_OK)
+            dev = q->dev;
+    } else if (n > 0) {
+        sw__buf *b0;
+        rc = sw__buffer_enter(bufs[0], &b0, &dev);
+        if (rc != SW_OK)
+            sw__error_append(" (argument 0)");
+    } else {
+        return SW_OK; /* the host pins nothing */
+    }
+    if (rc != SW_OK) {
+        if (ptrs != NULL)
+            memset(ptrs, 0, n * sizeof *ptrs);
+        return rc;
+    }
+    last_begin_t *last = last_begin();
+    uint64_t bit = q != NULL ? UINT64_C(1) << q->id : 0;
+    /* The warm path: every argument resident and q already ordered after
+     * its earlier work (its bit set, no prefetch's copy in to wait for). */
+    if (q != NULL && n <= ARGS_ON_STACK && n > 0 &&
+        memo_pin_locked(dev, last, bufs, n, ptrs, bit | SW__QMASK_RESTORE,
+                        bit) == n) {
+        last->dev = dev;
+        last->q = q;
+        last->bufs = bufs;
+        sw__unlock(dev);
+        return SW_OK;
+    }
+    launch_args a;
+    rc = args_decode_locked(dev, bufs, n, &a);
+    if (rc == SW_OK) {
+        if (q == NULL) {
+            rc = begin_host_locked(dev, a.v, n, ptrs);
+        } else {
+            uint64_t clock = dev->clock;
+            size_t i = 0;
+            for (; i < n && pin_warm(a.v[i], clock + 1, &ptrs[i],
+                                     bit | SW__QMASK_RESTORE, bit);
+                 i++)
+                clock++;
+            dev->clock = clock;
+            rc = i == n ? SW_OK : pin_rest_locked(dev, q, a.v, n, ptrs, i);
+        }
+        if (rc == SW_OK && n <= ARGS_ON_STACK) {
+            last->dev = dev;
+            last->q = q;
+            last->memo = dev;
+            last->bufs = bufs;
+            last->n = n;
+            memcpy(last->h, bufs, n * sizeof *bufs);
+            memcpy(last->b, a.v, n * sizeof *a.v);
+        }
+        args_free(&a);
+    }
+    sw__unlock(dev);
+    if (rc != SW_OK && ptrs != NULL)
+        memset(ptrs, 0, n * sizeof *ptrs);
+    return rc;
+}
+
+SW_API int sw_launch_end_q(sw_queue *qh, sw_buffer *const *bufs, size_t n)
+{
+    if (bufs == NULL && n > 0)
+        return sw__errorf(SW_ERR_INVALID_ARG, "bufs is NULL");
+    sw_device *dev = NULL;
+    sw__queue *q = NULL;
+    int rc;
+    if (qh != NULL) {
+        rc = sw__queue_enter(qh, &q);
+        if (rc == SW_OK)
+            dev = q->dev;
+    } else if (n > 0) {
+        sw__buf *b0;
+        rc = sw__buffer_enter(bufs[0], &b0, &dev);
+        if (rc != SW_OK)
+            sw__error_append(" (argument 0)");
+    } else {
+        return SW_OK;
+    }
+    if (rc != SW_OK)
+        return rc;
+    uint64_t bit = q != NULL ? UINT64_C(1) << q->id : 0;
+    last_begin_t *last = last_begin();
+    bool cached = last->dev == dev && last->q == q && last->bufs == bufs &&
+                  last->n == n;
+    last->dev = NULL;
+    if (cached && n > 0) {
+        /* The warm path: the arguments of this thread's begin, unchanged,
+         * each still marked as used by q (a host transfer while pinned
+         * makes the default queue wait for q and clears the mark: then
+         * the general path marks it again, since q's work came after). */
+        bool dead = false;
+        uint64_t clock = dev->clock + 1;
+        size_t i;
+        for (i = 0; i < n; i++) {
+            sw__buf *b = last->b[i];
+            if (bufs[i] != last->h[i] || !sw__handle_matches(&b->h, bufs[i]) ||
+                (b->base->qmask & bit) != bit)
+                break;
+            sw__buf *base = b->base;
+            base->last_use = clock;
+            if (--base->pins == 0)
+                dead |= !sw__slot_live(&base->h);
+        }
+        if (__builtin_expect(i == n, 1)) {
+            dev->clock = clock;
+            if (dead) {
+                for (size_t j = 0; j < n; j++)
+                    last->b[j]->base->pins++;
+                unpin_all_locked(dev, last->b, n);
+            }
+            sw__unlock(dev);
+            return SW_OK;
+        }
+        for (size_t j = 0; j < i; j++)
+            last->b[j]->base->pins++;
+    }
+    launch_args a;
+    rc = args_decode_locked(dev, bufs, n, &a);
+    for (size_t i = 0; rc == SW_OK && i < n; i++) {
+        /* Pinned at least as many times as it appears (an end that would
+         * unpin past zero is refused whole). */
+        sw__buf *base = a.v[i]->base;
+        uint32_t need = 1;
+        for (size_t j = 0; j < i; j++)
+            need += a.v[j]->base == base;
+        if (base->pins < need) {
+            rc = sw__errorf(SW_ERR_INVALID_ARG, "launch argument %zu is "
+                            "not pinned: sw_launch_end_q without a matching "
+                            "sw_launch_begin_q", i);
+            args_free(&a);
+        }
+    }
+    if (rc != SW_OK) {
+        sw__unlock(dev);
+        return rc;
+    }
+    /* q's work on them, queued before now, is what later spills, frees,
+     * reuses and host transfers must wait for: q's mark on each says so
+     * (sw__order_use_locked then makes the default queue wait for q). */
+    for (size_t i = 0; q != NULL && i < n; i++)
+        sw__queue_mark_used_locked(q, a.v[i]->base);
     unpin_all_locked(dev, a.v, n);
     args_free(&a);
     sw__unlock(dev);

@@ -40,6 +40,21 @@
     X(contract_failed_sum_keeps_its_operand)                               \
     X(contract_too_large_counts_as_oom)                                    \
     X(thread_contract_held_restores)                                       \
+    /* test-native.c */                                                       \
+    X(native_pin_on_queue_orders_later_spill)                                 \
+    X(native_pin_on_queue_orders_reuse)                                       \
+    X(native_pin_host_waits_for_queued_work)                                  \
+    X(native_pin_restores)                                                    \
+    X(native_pin_nested_and_duplicates)                                       \
+    X(native_pins_never_move)                                                 \
+    X(native_pin_bad_input)                                                   \
+    X(native_pin_set_too_large)                                               \
+    X(native_queue_roundtrip)                                                 \
+    X(native_handles_bad_input)                                               \
+    X(native_opencl_adopts_a_command_queue)                                   \
+    X(native_cuda_adopts_a_stream)                                            \
+    X(native_hip_adopts_a_stream)                                             \
+    X(thread_native_pins)                                                     \
     /* test-trace.c */                                                        \
     X(trace_every_kind_replays)                                               \
     X(trace_ring_bound)                                                       \

@@ -79,6 +79,7 @@ struct CUctx_st {
 typedef struct fake_op fake_op;
 struct CUstream_st {
     unsigned magic;
+    struct CUstream_st *live_next; /* in live_list (under mu) */
     pthread_t thread;
     fake_op *head, *tail; /* queued, the running one first (under qmu) */
     unsigned long long queued, done;
@@ -135,6 +136,7 @@ static fake_alloc *allocs;  /* sorted by base */
 static size_t nallocs, capallocs, allocated;
 static size_t capacity = (size_t)2 << 30;
 static long live_streams, live_events, live_modules, live_pools;
+static struct CUstream_st *live_list; /* live streams, under mu */
 
 static _Thread_local struct CUctx_st *ctx_stack[16];
 static _Thread_local int ctx_depth;
@@ -1060,8 +1062,27 @@ swcu_result cuStreamCreate(swcu_stream *stream, unsigned int flags)
     s->magic = LIVE;
     pthread_mutex_lock(&mu);
     live_streams++;
+    s->live_next = live_list;
+    live_list = s;
     pthread_mutex_unlock(&mu);
     *stream = s;
+    return SWCU_CUDA_SUCCESS;
+}
+
+/* The stream's context, for a live stream only: a destroyed or foreign
+ * handle is looked up, never read (the driver says
+ * CUDA_ERROR_INVALID_HANDLE where it can tell). */
+swcu_result cuStreamGetCtx(swcu_stream stream, swcu_context *pctx)
+{
+    pthread_mutex_lock(&mu);
+    struct CUstream_st *s = live_list;
+    while (s != NULL && s != stream)
+        s = s->live_next;
+    pthread_mutex_unlock(&mu);
+    if (s == NULL)
+        return fail(SWCU_CUDA_ERROR_INVALID_HANDLE, "%s: not a live stream",
+                    "cuStreamGetCtx");
+    *pctx = &primary;
     return SWCU_CUDA_SUCCESS;
 }
 
@@ -1070,6 +1091,13 @@ swcu_result cuStreamDestroy_v2(swcu_stream stream)
 {
     if (stream_of(stream, 0, "cuStreamDestroy_v2") == NULL)
         return SWCU_CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&mu);
+    struct CUstream_st **pp = &live_list;
+    while (*pp != NULL && *pp != stream)
+        pp = &(*pp)->live_next;
+    if (*pp != NULL)
+        *pp = stream->live_next;
+    pthread_mutex_unlock(&mu);
     stream->magic = 0;
     pthread_mutex_lock(&qmu);
     stream->stop = 1;

@@ -563,6 +563,23 @@ swhip_error hipStreamCreateWithFlags(swhip_stream *stream, unsigned int flags)
     return SWHIP_hipSuccess;
 }
 
+/* A live stream's device (this runtime has one: 0); a destroyed or
+ * foreign handle is looked up, never read, and answered as the runtime
+ * does where it can tell. */
+swhip_error hipStreamGetDevice(swhip_stream stream, swhip_device *device)
+{
+    pthread_mutex_lock(&mu);
+    struct ihipStream_t *f = streams;
+    while (f != NULL && f != stream)
+        f = f->all;
+    int live = f != NULL && f->magic == LIVE;
+    pthread_mutex_unlock(&mu);
+    if (!live)
+        return SWHIP_hipErrorInvalidHandle;
+    *device = 0;
+    return SWHIP_hipSuccess;
+}
+
 swhip_error hipStreamDestroy(swhip_stream stream)
 {
     pthread_mutex_lock(&mu);

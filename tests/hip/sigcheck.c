@@ -25,6 +25,13 @@
 #include <hip/hip_version.h>
 #include <hip/hiprtc.h>
 
+/* Newer than Debian's headers (ROCm 5.2; it came with 5.6): its prototype
+ * as ROCm's hip_runtime_api.h states it, so that ours is still checked.
+ * The backend resolves it at run time and does without it. */
+#if HIP_VERSION < 50600000
+hipError_t hipStreamGetDevice(hipStream_t stream, hipDevice_t *device);
+#endif
+
 #include "backend/hip_api.h"
 #include "sigcheck.h"
 

@@ -522,6 +522,45 @@ swze_result zeCommandListCreateImmediate(swze_context c, swze_device d,
     return SWZE_ZE_RESULT_SUCCESS;
 }
 
+/* The queries of Level Zero 1.9, for live lists only: a destroyed or
+ * foreign handle is looked up, never read. */
+static struct _ze_command_list_handle_t *find_list(swze_cmdlist l)
+{
+    pthread_mutex_lock(&mu);
+    struct _ze_command_list_handle_t *f = lists;
+    while (f != NULL && f != l)
+        f = f->all;
+    if (f != NULL && f->magic != LIVE)
+        f = NULL;
+    pthread_mutex_unlock(&mu);
+    return f;
+}
+
+swze_result zeCommandListGetContextHandle(swze_cmdlist l, swze_context *c)
+{
+    struct _ze_command_list_handle_t *f = find_list(l);
+    if (f == NULL)
+        return SWZE_ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    *c = f->ctx;
+    return SWZE_ZE_RESULT_SUCCESS;
+}
+
+swze_result zeCommandListGetDeviceHandle(swze_cmdlist l, swze_device *d)
+{
+    if (find_list(l) == NULL)
+        return SWZE_ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    *d = &device;
+    return SWZE_ZE_RESULT_SUCCESS;
+}
+
+swze_result zeCommandListIsImmediate(swze_cmdlist l, uint8_t *immediate)
+{
+    if (find_list(l) == NULL)
+        return SWZE_ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    *immediate = 1; /* the only kind this runtime makes */
+    return SWZE_ZE_RESULT_SUCCESS;
+}
+
 swze_result zeCommandListDestroy(swze_cmdlist l)
 {
     pthread_mutex_lock(&mu);
