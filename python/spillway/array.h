@@ -104,6 +104,14 @@ int sw_py_dl_linear(DeviceObject *d);
 int sw_py_export_find(DeviceObject *d, uintptr_t data, uint64_t byte_offset,
                       size_t n, sw_devmem *mem);
 
+/* A DLPack capsule of pinned memory (pinned.c): mem, a's shape and dtype,
+ * no lease (the pin holds it); the arguments as __dlpack__'s.  On queue q
+ * (NULL: the host's pin), a CUDA or HIP consumer's stream other than q's
+ * waits for q's work first. */
+PyObject *sw_py_dlpack_pinned(ArrayObject *a, sw_devmem mem, sw_queue *q,
+                              PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames);
+
 /* import.c: spillway.from_dlpack, and the DLPack import of asarray. */
 PyObject *sw_py_from_dlpack(sw_py_state *st, PyObject *obj, PyObject *device,
                             int copy, const char *tag);

@@ -331,7 +331,27 @@ static PyMemberDef Device_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+/* Device.native_context: the runtime's context, an int. */
+static PyObject *Device_get_native_context(DeviceObject *d, void *c)
+{
+    sw_py_state *st = sw_py_type_state(Py_TYPE(d));
+    if (st == NULL || sw_py_device_check_open(d) < 0)
+        return NULL;
+    uintptr_t h = 0;
+    int rc;
+    SW_PY_DEVICE_CALL(d, rc, sw_device_native_context(dev_, &h));
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    return PyLong_FromUnsignedLongLong((unsigned long long)h);
+}
+
 static PyGetSetDef Device_getset[] = {
+    {"native_context", (getter)Device_get_native_context, NULL,
+     "The context the device's memory and queues live in, as an int: a "
+     "cl_context (opencl: pyopencl.Context.from_int_ptr), a CUcontext "
+     "(cuda: the primary context), a ze_context_handle_t (ze), the "
+     "simulated or host device's own.  NotImplementedError where the "
+     "runtime has none (hip).", NULL},
     {"closed", (getter)Device_get_closed, NULL,
      "True after close().", NULL},
     {"dtypes", (getter)Device_get_dtypes, NULL,

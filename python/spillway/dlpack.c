@@ -209,6 +209,11 @@ PyObject *sw_py_array_dlpack_device(ArrayObject *a, PyObject *unused)
 
 /* What the consumer asked for. */
 typedef struct {
+    /* stream=: absent (None), or the consumer's stream (CUDA, HIP: its
+     * handle; 1 and 2 the legacy and per-thread default streams; -1: no
+     * synchronization wanted). */
+    int has_stream;
+    long long stream;
     int versioned;   /* max_version >= (1, 0): DLManagedTensorVersioned */
     int copy;        /* -1 (None): copy only if needed; 0 never; 1 always */
     DLDevice own;    /* the array's device, as DLPack names it */
@@ -221,10 +226,14 @@ enum { DL_OWN, DL_HOST, DL_DEVCOPY };
 
 /* stream= as the protocol has it: None for CPU consumers; on CUDA an
  * integer, not 0 (ambiguous: the legacy or the per-thread default stream),
- * -1 for "no synchronization".  Every export here synchronizes the device
- * first, so the data is ready on any consumer stream. */
-static int dl_stream_ok(PyObject *stream, const dl_request *req)
+ * -1 for "no synchronization".  An export makes the data ready for the
+ * consumer: a consumer stream of CUDA or HIP waits, on the device, for the
+ * work queued on the buffer (order_stream_nogil); otherwise the device is
+ * synchronized. */
+static int dl_stream_ok(PyObject *stream, dl_request *req)
 {
+    req->has_stream = 0;
+    req->stream = 0;
     if (sw_py_absent(stream))
         return 0;
     if (req->target.device_type == kDLCPU) {
@@ -250,7 +259,49 @@ static int dl_stream_ok(PyObject *stream, const dl_request *req)
                         "one, or the stream's handle");
         return -1;
     }
+    if (overflow == 0) {
+        req->has_stream = 1;
+        req->stream = v;
+    }
     return 0;
+}
+
+/* Whether the consumer's stream is one spillway can order after the
+ * buffer's work on the device: a real stream of CUDA or HIP (not the
+ * legacy or per-thread default, 1 and 2, which are no stream objects). */
+static int dl_stream_orderable(const dl_request *req)
+{
+    return req->has_stream && req->stream > 2 &&
+           (req->target.device_type == kDLCUDA ||
+            req->target.device_type == kDLROCM);
+}
+
+/* The consumer's stream waits, on the device, for the work queued on buf
+ * so far -- on the default queue and on the queues that used it -- instead
+ * of the host waiting for the whole device: the stream adopted as a queue
+ * (sw_queue_wrap_native), the default queue ordered after the others that
+ * used buf (a pin on it), the stream after the default queue (a pin on
+ * the stream), both pins ended at once (the lease keeps buf in place).
+ * Without the GIL. */
+static int order_stream_nogil(sw_device *dev, sw_buffer *buf,
+                              long long stream)
+{
+    sw_queue *sq = NULL;
+    int rc = sw_queue_wrap_native(dev, (uintptr_t)stream, &sq);
+    if (rc != SW_OK)
+        return rc;
+    sw_devmem p;
+    rc = sw_launch_begin(dev, &buf, 1, &p);
+    if (rc == SW_OK) {
+        rc = sw_launch_begin_q(sq, &buf, 1, &p);
+        if (rc == SW_OK)
+            rc = sw_launch_end_q(sq, &buf, 1);
+        int end = sw_launch_end(dev, &buf, 1);
+        if (rc == SW_OK)
+            rc = end;
+    }
+    int rel = sw_queue_release(sq);
+    return rc != SW_OK ? rc : rel;
 }
 
 /* 1. Parse: the arguments, checked. */
@@ -333,14 +384,22 @@ static int dl_plan(ArrayObject *a, const dl_request *req, int *how)
     return 0;
 }
 
-/* Lease buf's memory (restoring it if spilled), then wait for the queued
- * work on the device; without the GIL. */
-static int lease_nogil(sw_buffer *buf, sw_device *dev, sw_devmem *mem,
-                       sw_lease **lease)
+/* Lease buf's memory (restoring it if spilled), then make the queued work
+ * on it ready for the consumer: its stream ordered after it on the device
+ * where it can be, nothing for stream=-1, else the device synchronized;
+ * without the GIL. */
+static int lease_nogil(sw_buffer *buf, sw_device *dev, const dl_request *req,
+                       sw_devmem *mem, sw_lease **lease)
 {
     int rc = sw_buffer_expose(buf, mem, lease);
     if (rc == SW_OK) {
-        rc = sw_device_synchronize(dev);
+        if (req->has_stream && req->stream == -1 &&
+            req->target.device_type != kDLCPU)
+            rc = SW_OK; /* the consumer synchronizes itself */
+        else if (dl_stream_orderable(req))
+            rc = order_stream_nogil(dev, buf, req->stream);
+        else
+            rc = sw_device_synchronize(dev);
         if (rc != SW_OK) {
             /* A successful release leaves the synchronize's message. */
             (void)sw_lease_release(*lease);
@@ -351,7 +410,8 @@ static int lease_nogil(sw_buffer *buf, sw_device *dev, sw_devmem *mem,
 }
 
 /* A device copy of a, leased: the lease alone keeps its memory. */
-static int devcopy_nogil(ArrayObject *a, sw_device *dev, sw_devmem *mem,
+static int devcopy_nogil(ArrayObject *a, sw_device *dev,
+                         const dl_request *req, sw_devmem *mem,
                          sw_lease **lease)
 {
     sw_buffer *c = NULL;
@@ -359,7 +419,7 @@ static int devcopy_nogil(ArrayObject *a, sw_device *dev, sw_devmem *mem,
     if (rc == SW_OK && a->nbytes > 0)
         rc = sw_buffer_copy(c, 0, a->buf, 0, a->nbytes);
     if (rc == SW_OK)
-        rc = lease_nogil(c, dev, mem, lease);
+        rc = lease_nogil(c, dev, req, mem, lease);
     /* The lease alone holds the memory now.  (A successful free leaves
      * the thread's message of a failure above in place.) */
     (void)sw_buffer_free(c);
@@ -370,7 +430,8 @@ static int devcopy_nogil(ArrayObject *a, sw_device *dev, sw_devmem *mem,
  * device memory under a lease (the buffer is restored if spilled and stays
  * put), taken first, then the queued work on it waited for.  NULL with an
  * exception set. */
-static export_ctx *dl_acquire(sw_py_state *st, ArrayObject *a, int how)
+static export_ctx *dl_acquire(sw_py_state *st, ArrayObject *a, int how,
+                              const dl_request *req)
 {
     export_ctx *e = calloc(1, sizeof *e);
     if (e == NULL)
@@ -389,9 +450,9 @@ static export_ctx *dl_acquire(sw_py_state *st, ArrayObject *a, int how)
         sw_lease *lease = NULL;
         sw_device *dev = a->device->dev;
         if (how == DL_OWN)
-            NOGIL_ALLOC(rc, lease_nogil(a->buf, dev, &mem, &lease));
+            NOGIL_ALLOC(rc, lease_nogil(a->buf, dev, req, &mem, &lease));
         else
-            NOGIL_ALLOC(rc, devcopy_nogil(a, dev, &mem, &lease));
+            NOGIL_ALLOC(rc, devcopy_nogil(a, dev, req, &mem, &lease));
         e->lease = lease;
         e->range.mem = mem;
         e->range.size = a->nbytes;
@@ -488,10 +549,50 @@ PyObject *sw_py_array_dlpack(ArrayObject *a, PyObject *const *args,
     if (st == NULL || dl_parse(a, args, nargs, kwnames, &req) < 0 ||
         dl_plan(a, &req, &how) < 0)
         return NULL;
-    export_ctx *e = dl_acquire(st, a, how);
+    export_ctx *e = dl_acquire(st, a, how, &req);
     if (e == NULL)
         return NULL;
     dl_fill(a, e, req.versioned,
             how == DL_HOST ? (DLDevice){kDLCPU, 0} : req.own);
     return dl_capsule(e, req.versioned, how != DL_OWN);
+}
+
+/* A pinned view's export (pinned.c): its memory as it is, with nothing to
+ * release (the block's pin holds it), on its own device only. */
+PyObject *sw_py_dlpack_pinned(ArrayObject *a, sw_devmem mem, sw_queue *q,
+                              PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames)
+{
+    sw_py_state *st = sw_py_type_state(Py_TYPE(a));
+    dl_request req;
+    if (st == NULL || dl_parse(a, args, nargs, kwnames, &req) < 0)
+        return NULL;
+    if (req.copy == 1 || req.target.device_type != req.own.device_type ||
+        req.target.device_id != req.own.device_id) {
+        PyErr_Format(PyExc_BufferError,
+                     "a pinned view exports the pinned memory itself, on "
+                     "its device (DLPack device (%d, %d)): for a copy, or "
+                     "another device, export the Array",
+                     (int)req.own.device_type, (int)req.own.device_id);
+        return NULL;
+    }
+    /* A consumer on another stream than the pin's queue: that queue's
+     * work (yours, inside the block) is waited for first.  The host's pin
+     * waited for everything already. */
+    if (q != NULL && dl_stream_orderable(&req)) {
+        uintptr_t h = 0;
+        int rc;
+        NOGIL(rc = sw_queue_native(q, &h));
+        if (rc == SW_OK && (long long)h != req.stream)
+            NOGIL(rc = sw_queue_synchronize(q));
+        if (rc != SW_OK)
+            return sw_py_raise(st, rc);
+    }
+    export_ctx *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return PyErr_NoMemory();
+    e->range.mem = mem;
+    e->range.size = a->nbytes;
+    dl_fill(a, e, req.versioned, req.own);
+    return dl_capsule(e, req.versioned, 0);
 }

@@ -73,6 +73,8 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->map_type);
     Py_VISIT(st->entry_type);
     Py_VISIT(st->omap_type);
+    Py_VISIT(st->pinned_type);
+    Py_VISIT(st->pinned_view_type);
     Py_VISIT(st->order_manager);
     Py_VISIT(st->DeviceMemoryError);
     Py_VISIT(st->DeviceError);
@@ -111,6 +113,8 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->map_type);
     Py_CLEAR(st->entry_type);
     Py_CLEAR(st->omap_type);
+    Py_CLEAR(st->pinned_type);
+    Py_CLEAR(st->pinned_view_type);
     Py_CLEAR(st->DeviceMemoryError);
     Py_CLEAR(st->DeviceError);
     return 0;
@@ -138,6 +142,7 @@ static int module_exec(PyObject *m)
         sw_py_order_setup(m, st) < 0 ||
         sw_py_ordermap_setup(m, st) < 0 ||
         sw_py_history_setup(m, st) < 0 ||
+        sw_py_pinned_setup(m, st) < 0 ||
         sw_py_testapi_setup(m, st) < 0)
         return -1;
     char version[32];

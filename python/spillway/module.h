@@ -81,6 +81,8 @@ typedef struct {
     PyTypeObject *map_type;   /* one thread's order managers */
     PyTypeObject *entry_type; /* one key of it */
     PyTypeObject *omap_type;
+    PyTypeObject *pinned_type;      /* spillway.pinned()'s context manager */
+    PyTypeObject *pinned_view_type; /* one array's memory in its block */
     PyObject *order_manager;  /* the OrderManagerMap singleton */
     PyObject *DeviceMemoryError;
     PyObject *DeviceError;
@@ -340,6 +342,7 @@ void sw_py_gc_force_full(int on);
  *   order.c       SequentialOrderManager                  queue.h
  *   ordermap.c    spillway.order_manager (per thread)     queue.h
  *   history.c     the memory history, tracebacks          array.h
+ *   pinned.c      pinned(): your kernels on the memory    array.h
  *   testapi.c     the capsule lent to _spillway_testing   testing_api.h
  *
  * module.c's exec slot calls one setup function per file, in this order;
@@ -373,6 +376,7 @@ extern PyType_Spec sw_py_map_spec;
 extern PyType_Spec sw_py_omap_spec;
 int sw_py_ordermap_setup(PyObject *m, sw_py_state *st);
 int sw_py_history_setup(PyObject *m, sw_py_state *st);
+int sw_py_pinned_setup(PyObject *m, sw_py_state *st);
 int sw_py_testapi_setup(PyObject *m, sw_py_state *st);
 
 /* A heap type of this module from spec, added to it (new reference). */

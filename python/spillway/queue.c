@@ -352,7 +352,71 @@ static PyObject *Queue_synchronize(QueueObject *q, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* Queue.native: the stream as the backend's runtime knows it. */
+static PyObject *Queue_get_native(QueueObject *q, void *c)
+{
+    sw_py_state *st = sw_py_type_state(Py_TYPE(q));
+    if (st == NULL || sw_py_queue_check_open(q) < 0)
+        return NULL;
+    uintptr_t h = 0;
+    int rc;
+    NOGIL(rc = sw_queue_native(q->q, &h));
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    return PyLong_FromUnsignedLongLong((unsigned long long)h);
+}
+
+/* Queue.from_native(handle, device=None): a queue over the caller's own
+ * stream (an int: CUstream, cl_command_queue, ...). */
+static PyObject *Queue_from_native(PyTypeObject *type, PyObject *const *args,
+                                   Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"handle", "device"};
+    PyObject *v[2];
+    if (sw_py_parse_args("Queue.from_native", args, nargs, kwnames, names, 2,
+                         2, 1, v) < 0)
+        return NULL;
+    sw_py_state *st = sw_py_type_state(type);
+    if (st == NULL || !sw_py_state_alive(st))
+        return NULL;
+    if (!PyLong_Check(v[0])) {
+        PyErr_Format(PyExc_TypeError,
+                     "Queue.from_native() takes the handle as an int (a "
+                     "CUstream, cl_command_queue, ...: pyopencl's "
+                     "queue.int_ptr, cupy's stream.ptr), not %.100s",
+                     Py_TYPE(v[0])->tp_name);
+        return NULL;
+    }
+    unsigned long long h = PyLong_AsUnsignedLongLong(v[0]);
+    if (h == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError,
+                        "Queue.from_native(): the handle is not an address "
+                        "(negative, or too large)");
+        return NULL;
+    }
+    DeviceObject *d = sw_py_resolve_device(st, v[1] ? v[1] : Py_None);
+    if (d == NULL)
+        return NULL;
+    sw_queue *q = NULL;
+    int rc;
+    SW_PY_DEVICE_CALL(d, rc, sw_queue_wrap_native(dev_, (uintptr_t)h, &q));
+    PyObject *r = rc == SW_OK ? queue_wrap(st, d, q) : sw_py_raise(st, rc);
+    Py_DECREF(d);
+    return r;
+}
+
 static PyMethodDef Queue_methods[] = {
+    {"from_native", (PyCFunction)(void (*)(void))Queue_from_native,
+     METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
+     "from_native(handle, device=None)\n--\n\nA Queue over a stream or "
+     "command queue you own (an int: a CUstream on cuda, a "
+     "cl_command_queue on opencl, a hipStream_t on hip, an immediate "
+     "command list on ze, another Queue's .native): spillway's work and "
+     "pins on it are ordered as on any queue, and spillway never destroys "
+     "it -- keep it alive until this Queue and its work are gone.  "
+     "ValueError for 0, a stream of another device or context, or one the "
+     "runtime knows is destroyed."},
     {"record_event", (PyCFunction)(void (*)(void))Queue_record_event,
      METH_NOARGS,
      "record_event()\n--\n\nAn Event that completes when all work submitted "
@@ -373,6 +437,12 @@ static PyMethodDef Queue_methods[] = {
 static PyGetSetDef Queue_getset[] = {
     {"device", (getter)Queue_get_device, NULL, "The Device it runs on.",
      NULL},
+    {"native", (getter)Queue_get_native, NULL,
+     "The queue's stream as the backend's runtime knows it, an int: a "
+     "CUstream (cuda), a cl_command_queue (opencl: "
+     "pyopencl.CommandQueue.from_int_ptr), a hipStream_t (hip), an "
+     "immediate command list (ze), the simulated or host device's own "
+     "queue.  Valid while the Queue lives.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -1,0 +1,594 @@
+/*
+ * pinned.c -- spillway.pinned(*arrays, queue=None): your own kernels on
+ * spillway's memory.
+ *
+ *     with sw.pinned(a, b, out, queue=q) as (va, vb, vo):
+ *         my_kernel(vo.ptr, va.ptr, vb.ptr, n)    # on q's stream
+ *
+ * Entering makes every array resident in one pass (restoring may spill
+ * other buffers, never one of the set; a set that cannot fit together is
+ * a DeviceMemoryError before anything moves) and pins them: while the
+ * block runs they stay where they are.  It yields one PinnedView per
+ * array, the memory as the backend sees it: .ptr (an address: sim, host,
+ * cuda, hip, ze), .cl_mem and .offset (opencl), .nbytes, .dtype, .shape,
+ * __cuda_array_interface__ (cuda, version 3, with the queue's stream) and
+ * __dlpack__ / __dlpack_device__.  Leaving, an exception included, ends
+ * the pins in stream order (sw_launch_end_q): later spills, frees, reuses
+ * and host transfers of those buffers wait, on the device, for the work
+ * queued on q before the end.  A view used after its block raises
+ * ValueError.
+ *
+ * queue=None pins for the host: entering waits until the work queued on
+ * the arrays has completed (so that NumPy, or a stream you synchronize,
+ * may use the memory at once), and your work must be complete when the
+ * block ends.
+ *
+ * Both objects are used by one thread at a time, as a context manager is;
+ * the pins themselves are the library's and safe from any thread.
+ */
+#include "array.h"
+#include "dtype.h"
+
+#include <string.h>
+
+typedef struct PinnedObject PinnedObject;
+
+struct PinnedObject {
+    PyObject_HEAD
+    PyObject *arrays;      /* tuple of Arrays, as given */
+    QueueObject *queue;    /* strong, or NULL: the host */
+    DeviceObject *device;  /* strong: the arrays' device */
+    sw_buffer **bufs;      /* the arrays' handles (borrowed from them) */
+    sw_devmem *mem;        /* what the pin gave, per array */
+    PyObject *views;       /* tuple of PinnedView while entered, else NULL */
+    Py_ssize_t n;
+    int state;             /* PINNED_NEW, _IN, _DONE */
+};
+
+enum { PINNED_NEW, PINNED_IN, PINNED_DONE };
+
+typedef struct {
+    PyObject_HEAD
+    PinnedObject *owner; /* strong */
+    ArrayObject *array;  /* strong */
+    Py_ssize_t index;
+} PinnedViewObject;
+
+/* ------------------------------------------------------------------------
+ * pinned()
+ * ---------------------------------------------------------------------- */
+
+static PyObject *sw_py_pinned(PyObject *module, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames)
+{
+    sw_py_state *st = sw_py_module_state(module);
+    PyObject *queue = NULL;
+    for (Py_ssize_t k = 0; kwnames != NULL && k < PyTuple_GET_SIZE(kwnames);
+         k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        if (!PyUnicode_Check(name) ||
+            PyUnicode_CompareWithASCIIString(name, "queue") != 0) {
+            PyErr_Format(PyExc_TypeError,
+                         "pinned() got an unexpected keyword argument %R",
+                         name);
+            return NULL;
+        }
+        queue = args[nargs + k];
+    }
+    DeviceObject *d = NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        char what[40];
+        snprintf(what, sizeof what, "argument %zd", i + 1);
+        ArrayObject *a = sw_py_array_arg(st, args[i], "pinned", what);
+        if (a == NULL)
+            return NULL;
+        if (d != NULL && a->device != d) {
+            PyErr_Format(PyExc_ValueError,
+                         "pinned(): argument %zd is on %U, argument 1 on "
+                         "%U: one set is on one device",
+                         i + 1, a->device->name, d->name);
+            return NULL;
+        }
+        d = a->device;
+    }
+    QueueObject *q = NULL;
+    if (sw_py_queue_arg(st, queue, d, "pinned", &q) < 0)
+        return NULL;
+    if (d == NULL && q != NULL)
+        d = q->device;
+    PinnedObject *p = PyObject_GC_New(PinnedObject, st->pinned_type);
+    if (p == NULL)
+        return NULL;
+    p->arrays = PyTuple_New(nargs);
+    p->queue = q != NULL ? (QueueObject *)Py_NewRef(q) : NULL;
+    p->device = d != NULL ? (DeviceObject *)Py_NewRef(d) : NULL;
+    p->n = nargs;
+    p->bufs = PyMem_Malloc((size_t)(nargs ? nargs : 1) * sizeof *p->bufs);
+    p->mem = PyMem_Malloc((size_t)(nargs ? nargs : 1) * sizeof *p->mem);
+    p->views = NULL;
+    p->state = PINNED_NEW;
+    if (p->arrays == NULL || p->bufs == NULL || p->mem == NULL) {
+        PyObject_GC_Track(p);
+        Py_DECREF(p);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyTuple_SET_ITEM(p->arrays, i, Py_NewRef(args[i]));
+        p->bufs[i] = ((ArrayObject *)args[i])->buf;
+    }
+    PyObject_GC_Track(p);
+    return (PyObject *)p;
+}
+
+/* The end of the pins, in stream order; without the GIL.  Views die
+ * first (with the GIL): no view reads memory that may move. */
+static int pinned_end(PinnedObject *p)
+{
+    p->state = PINNED_DONE;
+    Py_CLEAR(p->views);
+    int rc = SW_OK;
+    if (p->n > 0) {
+        sw_queue *q = p->queue != NULL ? p->queue->q : NULL;
+        sw_buffer *const *bufs = p->bufs;
+        size_t n = (size_t)p->n;
+        NOGIL(rc = sw_launch_end_q(q, bufs, n));
+    }
+    if (p->device != NULL)
+        sw_py_device_unuse(p->device);
+    return rc;
+}
+
+static PyObject *Pinned_enter(PinnedObject *p, PyObject *unused)
+{
+    sw_py_state *st = sw_py_type_state(Py_TYPE(p));
+    if (st == NULL)
+        return NULL;
+    if (p->state != PINNED_NEW) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "a pinned() block is entered once: call "
+                        "spillway.pinned() again for another");
+        return NULL;
+    }
+    /* The arrays' device may have been closed since pinned() was called;
+     * the queue's too. */
+    for (Py_ssize_t i = 0; i < p->n; i++)
+        if (sw_py_array_check_device(
+                (ArrayObject *)PyTuple_GET_ITEM(p->arrays, i)) < 0)
+            return NULL;
+    if (p->queue != NULL && sw_py_queue_check_open(p->queue) < 0)
+        return NULL;
+    PyObject *views = PyTuple_New(p->n);
+    if (views == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < p->n; i++) {
+        PinnedViewObject *v =
+            PyObject_GC_New(PinnedViewObject, st->pinned_view_type);
+        if (v == NULL) {
+            Py_DECREF(views);
+            return NULL;
+        }
+        v->owner = (PinnedObject *)Py_NewRef(p);
+        v->array = (ArrayObject *)Py_NewRef(PyTuple_GET_ITEM(p->arrays, i));
+        v->index = i;
+        PyTuple_SET_ITEM(views, i, (PyObject *)v);
+        PyObject_GC_Track(v);
+    }
+    int rc = SW_OK;
+    if (p->n > 0) {
+        sw_queue *q = p->queue != NULL ? p->queue->q : NULL;
+        sw_buffer *const *bufs = p->bufs;
+        sw_devmem *mem = p->mem;
+        size_t n = (size_t)p->n;
+        sw_py_device_use(p->device);
+        NOGIL_ALLOC(rc, sw_launch_begin_q(q, bufs, n, mem));
+        if (rc != SW_OK)
+            sw_py_device_unuse(p->device);
+    }
+    if (rc != SW_OK) {
+        Py_DECREF(views);
+        return sw_py_raise(st, rc);
+    }
+    if (p->n == 0 && p->device != NULL)
+        sw_py_device_use(p->device);
+    p->state = PINNED_IN;
+    p->views = views;
+    return Py_NewRef(views);
+}
+
+static PyObject *Pinned_exit(PinnedObject *p, PyObject *const *args,
+                             Py_ssize_t nargs)
+{
+    (void)args;
+    (void)nargs;
+    sw_py_state *st = sw_py_type_state(Py_TYPE(p));
+    if (st == NULL)
+        return NULL;
+    if (p->state != PINNED_IN) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "__exit__ of a pinned() block that is not entered");
+        return NULL;
+    }
+    int rc = pinned_end(p);
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    Py_RETURN_FALSE; /* an exception in the block goes on */
+}
+
+static int Pinned_traverse(PinnedObject *p, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(p));
+    Py_VISIT(p->arrays);
+    Py_VISIT(p->queue);
+    Py_VISIT(p->device);
+    Py_VISIT(p->views);
+    return 0;
+}
+
+static int Pinned_clear(PinnedObject *p)
+{
+    if (p->state == PINNED_IN)
+        (void)pinned_end(p); /* dropped inside its block: the pins end */
+    Py_CLEAR(p->views);
+    Py_CLEAR(p->arrays);
+    Py_CLEAR(p->queue);
+    Py_CLEAR(p->device);
+    return 0;
+}
+
+static void Pinned_dealloc(PinnedObject *p)
+{
+    PyTypeObject *tp = Py_TYPE(p);
+    PyObject_GC_UnTrack(p);
+    PyObject *t, *val, *tb;
+    PyErr_Fetch(&t, &val, &tb);
+    (void)Pinned_clear(p);
+    PyErr_Restore(t, val, tb);
+    PyMem_Free(p->bufs);
+    PyMem_Free(p->mem);
+    tp->tp_free(p);
+    Py_DECREF(tp);
+}
+
+static PyObject *Pinned_repr(PinnedObject *p)
+{
+    static const char *const states[] = {"not entered", "entered", "ended"};
+    return PyUnicode_FromFormat("<spillway.pinned of %zd array%s on %S, %s>",
+                                p->n, p->n == 1 ? "" : "s",
+                                p->device ? (PyObject *)p->device->name
+                                          : Py_None,
+                                states[p->state]);
+}
+
+static PyMethodDef Pinned_methods[] = {
+    {"__enter__", (PyCFunction)(void (*)(void))Pinned_enter, METH_NOARGS,
+     NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))Pinned_exit, METH_FASTCALL,
+     NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot Pinned_slots[] = {
+    {Py_tp_doc, "What spillway.pinned() returns: a context manager whose "
+                "block holds the arrays' pins."},
+    {Py_tp_dealloc, Pinned_dealloc},
+    {Py_tp_traverse, Pinned_traverse},
+    {Py_tp_clear, Pinned_clear},
+    {Py_tp_repr, Pinned_repr},
+    {Py_tp_methods, Pinned_methods},
+    {0, NULL},
+};
+
+static PyType_Spec Pinned_spec = {
+    .name = "spillway.Pinned",
+    .basicsize = sizeof(PinnedObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Pinned_slots,
+};
+
+/* ------------------------------------------------------------------------
+ * PinnedView
+ * ---------------------------------------------------------------------- */
+
+/* -1 with ValueError when the view's block has ended. */
+static int view_live(PinnedViewObject *v)
+{
+    if (v->owner->state == PINNED_IN)
+        return 0;
+    PyErr_Format(PyExc_ValueError,
+                 "this view of a pinned array was used after its "
+                 "`with spillway.pinned(...)` block ended: its memory may "
+                 "have moved since (pin the array again)");
+    return -1;
+}
+
+static sw_devmem view_mem(PinnedViewObject *v)
+{
+    return v->owner->mem[v->index];
+}
+
+static int view_linear(PinnedViewObject *v)
+{
+    return sw_py_dl_linear(v->array->device);
+}
+
+static PyObject *View_get_ptr(PinnedViewObject *v, void *c)
+{
+    if (view_live(v) < 0)
+        return NULL;
+    if (!view_linear(v)) {
+        PyErr_Format(PyExc_AttributeError,
+                     "%U's memory has no addresses: a pinned view there "
+                     "has .cl_mem and .offset",
+                     v->array->device->name);
+        return NULL;
+    }
+    sw_devmem m = view_mem(v);
+    return PyLong_FromUnsignedLongLong(
+        (unsigned long long)(m.base ? m.base + m.offset : 0));
+}
+
+static PyObject *View_get_cl_mem(PinnedViewObject *v, void *c)
+{
+    if (view_live(v) < 0)
+        return NULL;
+    if (view_linear(v)) {
+        PyErr_Format(PyExc_AttributeError,
+                     "%U's memory is addressed: a pinned view there has "
+                     ".ptr (.cl_mem is OpenCL's)",
+                     v->array->device->name);
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong((unsigned long long)view_mem(v).base);
+}
+
+static PyObject *View_get_offset(PinnedViewObject *v, void *c)
+{
+    if (view_live(v) < 0)
+        return NULL;
+    return PyLong_FromSize_t(view_mem(v).offset);
+}
+
+static PyObject *View_get_nbytes(PinnedViewObject *v, void *c)
+{
+    if (view_live(v) < 0)
+        return NULL;
+    return PyLong_FromSize_t(v->array->nbytes);
+}
+
+static PyObject *View_get_dtype(PinnedViewObject *v, void *c)
+{
+    sw_py_state *st = sw_py_type_state(Py_TYPE(v));
+    if (st == NULL || view_live(v) < 0)
+        return NULL;
+    return sw_py_dtype_obj(st, v->array->dtype);
+}
+
+static PyObject *shape_tuple(ArrayObject *a)
+{
+    int nd = SW_PY_NDIM(a);
+    PyObject *t = PyTuple_New(nd);
+    for (int i = 0; t != NULL && i < nd; i++) {
+        PyObject *x = PyLong_FromSsize_t(a->shape[i]);
+        if (x == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, x);
+    }
+    return t;
+}
+
+static PyObject *View_get_shape(PinnedViewObject *v, void *c)
+{
+    if (view_live(v) < 0)
+        return NULL;
+    return shape_tuple(v->array);
+}
+
+static PyObject *View_get_array(PinnedViewObject *v, void *c)
+{
+    return Py_NewRef(v->array);
+}
+
+static PyObject *View_get_queue(PinnedViewObject *v, void *c)
+{
+    return Py_NewRef(v->owner->queue ? (PyObject *)v->owner->queue : Py_None);
+}
+
+/* __cuda_array_interface__, version 3 (numba's specification): on CUDA
+ * only; "stream" is the queue's CUstream (a consumer synchronizes with
+ * it), None for the host's pin (the work on the arrays is complete). */
+static PyObject *View_get_cai(PinnedViewObject *v, void *c)
+{
+    sw_py_state *st = sw_py_type_state(Py_TYPE(v));
+    if (st == NULL || view_live(v) < 0)
+        return NULL;
+    int type = 0, id = 0;
+    sw_py_dl_device_of(v->array->device, &type, &id);
+    if (type != 2 /* kDLCUDA */) {
+        PyErr_Format(PyExc_AttributeError,
+                     "__cuda_array_interface__ is CUDA's: %U is not a CUDA "
+                     "device (use .ptr, or __dlpack__)",
+                     v->array->device->name);
+        return NULL;
+    }
+    const sw_py_dtype_info *info = &sw_py_dtypes[v->array->dtype];
+    if (info->fmt == NULL) { /* bfloat16: no typestr the interface knows */
+        PyErr_SetString(PyExc_AttributeError,
+                        "__cuda_array_interface__ has no bfloat16 typestr: "
+                        "use __dlpack__");
+        return NULL;
+    }
+    const uint16_t probe = 1;
+    char order = info->size == 1 ? '|'
+                 : *(const uint8_t *)&probe == 1 ? '<'
+                                                  : '>';
+    char typestr[16];
+    snprintf(typestr, sizeof typestr, "%c%s", order, info->np_str);
+    PyObject *stream = Py_None;
+    PyObject *owned = NULL;
+    if (v->owner->queue != NULL) {
+        uintptr_t h = 0;
+        int rc;
+        NOGIL(rc = sw_queue_native(v->owner->queue->q, &h));
+        if (rc != SW_OK)
+            return sw_py_raise(st, rc);
+        stream = owned = PyLong_FromUnsignedLongLong((unsigned long long)h);
+        if (owned == NULL)
+            return NULL;
+    }
+    sw_devmem m = view_mem(v);
+    PyObject *shape = shape_tuple(v->array);
+    PyObject *r = shape == NULL
+                      ? NULL
+                      : Py_BuildValue(
+                            "{s:N,s:s,s:(KO),s:i,s:O,s:O}", "shape", shape,
+                            "typestr", typestr, "data",
+                            (unsigned long long)(m.base ? m.base + m.offset
+                                                        : 0),
+                            Py_False, "version", 3, "strides", Py_None,
+                            "stream", stream);
+    Py_XDECREF(owned);
+    return r;
+}
+
+static PyObject *View_dlpack(PinnedViewObject *v, PyObject *const *args,
+                             Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (view_live(v) < 0)
+        return NULL;
+    return sw_py_dlpack_pinned(v->array, view_mem(v),
+                               v->owner->queue ? v->owner->queue->q : NULL,
+                               args, nargs, kwnames);
+}
+
+static PyObject *View_dlpack_device(PinnedViewObject *v, PyObject *unused)
+{
+    if (view_live(v) < 0)
+        return NULL;
+    return sw_py_array_dlpack_device(v->array, NULL);
+}
+
+static int View_traverse(PinnedViewObject *v, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(v));
+    Py_VISIT(v->owner);
+    Py_VISIT(v->array);
+    return 0;
+}
+
+static int View_clear(PinnedViewObject *v)
+{
+    Py_CLEAR(v->owner);
+    Py_CLEAR(v->array);
+    return 0;
+}
+
+static void View_dealloc(PinnedViewObject *v)
+{
+    PyTypeObject *tp = Py_TYPE(v);
+    PyObject_GC_UnTrack(v);
+    (void)View_clear(v);
+    tp->tp_free(v);
+    Py_DECREF(tp);
+}
+
+static PyObject *View_repr(PinnedViewObject *v)
+{
+    if (v->owner == NULL || v->owner->state != PINNED_IN)
+        return PyUnicode_FromString("<spillway.PinnedView, its block "
+                                    "ended>");
+    sw_devmem m = view_mem(v);
+    if (view_linear(v))
+        return PyUnicode_FromFormat(
+            "<spillway.PinnedView %s %zu bytes at %p on %U>",
+            sw_py_dtypes[v->array->dtype].name, v->array->nbytes,
+            (void *)(m.base ? m.base + m.offset : 0),
+            v->array->device->name);
+    return PyUnicode_FromFormat(
+        "<spillway.PinnedView %s %zu bytes, cl_mem %p + %zu on %U>",
+        sw_py_dtypes[v->array->dtype].name, v->array->nbytes, (void *)m.base,
+        m.offset, v->array->device->name);
+}
+
+static PyMethodDef View_methods[] = {
+    FASTKW("__dlpack__", View_dlpack,
+           "__dlpack__(stream=None, *, max_version=None, dl_device=None, "
+           "copy=None)\n--\n\nThe pinned memory as a DLPack capsule, valid "
+           "inside the block only (no lease: the pin holds it).  copy=True "
+           "is refused: ask the Array for a copy."),
+    {"__dlpack_device__", (PyCFunction)(void (*)(void))View_dlpack_device,
+     METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef View_getset[] = {
+    {"ptr", (getter)View_get_ptr, NULL,
+     "The device address of the array's first byte (an int), where the "
+     "backend has addresses (sim, host, cuda, hip, ze).", NULL},
+    {"cl_mem", (getter)View_get_cl_mem, NULL,
+     "OpenCL: the cl_mem holding the array (an int: "
+     "pyopencl.Buffer.from_int_ptr); the array starts .offset bytes in.",
+     NULL},
+    {"offset", (getter)View_get_offset, NULL,
+     "The array's byte offset in the backend's allocation (OpenCL: in "
+     ".cl_mem).", NULL},
+    {"nbytes", (getter)View_get_nbytes, NULL, "Bytes of the array.", NULL},
+    {"dtype", (getter)View_get_dtype, NULL, "The element type.", NULL},
+    {"shape", (getter)View_get_shape, NULL, "The shape (C order).", NULL},
+    {"array", (getter)View_get_array, NULL, "The Array pinned.", NULL},
+    {"queue", (getter)View_get_queue, NULL,
+     "The Queue the pin is for, or None (the host).", NULL},
+    {"__cuda_array_interface__", (getter)View_get_cai, NULL,
+     "CUDA only: version 3 of the interface, with the queue's stream.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot View_slots[] = {
+    {Py_tp_doc, "One array's memory inside a `with spillway.pinned(...)` "
+                "block: valid there only."},
+    {Py_tp_dealloc, View_dealloc},
+    {Py_tp_traverse, View_traverse},
+    {Py_tp_clear, View_clear},
+    {Py_tp_repr, View_repr},
+    {Py_tp_methods, View_methods},
+    {Py_tp_getset, View_getset},
+    {0, NULL},
+};
+
+static PyType_Spec View_spec = {
+    .name = "spillway.PinnedView",
+    .basicsize = sizeof(PinnedViewObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = View_slots,
+};
+
+static PyMethodDef pinned_methods[] = {
+    FASTKW("pinned", sw_py_pinned,
+           "pinned(*arrays, queue=None)\n--\n\n"
+           "A context manager: `with pinned(a, b, queue=q) as (va, vb):` "
+           "makes the arrays resident in one pass, pins them for the block "
+           "and yields one PinnedView per array (.ptr, or .cl_mem and "
+           ".offset on OpenCL; .nbytes, .dtype, .shape; "
+           "__cuda_array_interface__ on CUDA; __dlpack__), for your own "
+           "kernels on q's stream (Queue.native).  Leaving ends the pins in "
+           "stream order: later spills, frees and host transfers of the "
+           "arrays wait on the device for what you queued on q.  "
+           "queue=None pins for the host: entering waits for the arrays' "
+           "queued work, and yours must be complete when the block ends.  "
+           "DeviceMemoryError, before anything moves, when the set cannot "
+           "fit together; ValueError for arrays of different devices or a "
+           "queue of another."),
+    {NULL, NULL, 0, NULL},
+};
+
+int sw_py_pinned_setup(PyObject *m, sw_py_state *st)
+{
+    if ((st->pinned_type = sw_py_add_type(m, &Pinned_spec)) == NULL ||
+        (st->pinned_view_type = sw_py_add_type(m, &View_spec)) == NULL)
+        return -1;
+    return PyModule_AddFunctions(m, pinned_methods);
+}
