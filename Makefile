@@ -96,6 +96,11 @@ ALL_SUITES += cli       'SPILLWAY_BUILD_DIR=build $(VENV)/bin/python -m pytest -
 # Python suite, the entry points, the program and the Dask example run; and
 # a C program built with pkg-config alone against `meson install`.
 ALL_SUITES += installed 'scripts/test-installed.sh'
+# Bring your own device: examples/backend/membank.c built against the
+# installed headers with pkg-config alone, loaded through SPILLWAY_BACKENDS
+# by the generic C suite, the fuzzer, `spillway info` and the Python
+# module (scripts/test-backend-example.sh, docs/backends.md).
+ALL_SUITES += c-backend-example 'scripts/test-backend-example.sh build'
 # CUDA: the backend's host side through the CPU stand-in for libcuda.so.1
 # (tests/cuda/fake_libcuda.c; not a GPU), the whole suite on cuda:0, plain
 # and under ASan+UBSan; with an NVIDIA GPU, the C and Python suites on the

@@ -191,12 +191,18 @@ SW_API int sw_device_count(size_t *count);
  * is too small. */
 SW_API int sw_device_spec_at(size_t index, char *buf, size_t len);
 
-/* The backends this build has, present or not ("sim", "opencl", "cuda"). */
+/* The backends of this process, present or not: the library's own
+ * ("sim", "opencl", "cuda", "hip", "ze", "host"), then those registered at
+ * run time -- a vendor's device joins through the backend contract,
+ * <spillway/backend.h> (sw_backend_register, SPILLWAY_BACKENDS), with no
+ * fork -- then the SPILLWAY_BACKENDS entries that could not be loaded. */
 SW_API size_t sw_backend_count(void);
 /* Backend i: its name (static), how many devices it offers now, and when
  * it offers none, why, in one line ("libcuda.so.1 not found: no NVIDIA
  * driver"), written into why (why_len bytes; may be NULL).  A backend
- * whose configuration is malformed returns that error here. */
+ * whose configuration is malformed returns that error here, and so does a
+ * SPILLWAY_BACKENDS entry that did not load (SW_ERR_INVALID_ARG, its file
+ * name as name and the reason in why). */
 SW_API int sw_backend_info(size_t i, const char **name, int *devices,
                            char *why, size_t why_len);
 

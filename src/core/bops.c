@@ -86,6 +86,19 @@ int sw__aligned_alloc(void **out, size_t align, size_t n)
 
 void sw__free(void *p) { free(p); }
 
+/* The same for backends outside the library (spillway/backend.h): the
+ * same fault injection reaches their out-of-host-memory paths. */
+SW_API void *sw_backend_malloc(size_t n) { return sw__malloc(n); }
+SW_API void *sw_backend_calloc(size_t count, size_t size)
+{
+    return sw__calloc(count, size);
+}
+SW_API void *sw_backend_realloc(void *p, size_t n)
+{
+    return sw__realloc(p, n);
+}
+SW_API void sw_backend_free(void *p) { sw__free(p); }
+
 bool sw__host_fault(void) { return host_fault_hits(); }
 
 int sw__thread_create(pthread_t *t, void *(*fn)(void *), void *arg)

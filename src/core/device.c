@@ -4,6 +4,7 @@
  */
 #include "core/internal.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,7 @@
  * Backends and the registry
  * ---------------------------------------------------------------------- */
 
-static const sw__backend_ops *const backends[] = {
+static const sw__backend_ops *const builtin[] = {
     &sw__sim_backend,
 #ifdef SW_HAVE_OPENCL
     &sw__opencl_backend,
@@ -22,21 +23,47 @@ static const sw__backend_ops *const backends[] = {
     &sw__ze_backend,
     &sw__host_backend,
 };
-#define NBACKENDS (sizeof backends / sizeof backends[0])
+#define NBUILTIN (sizeof builtin / sizeof builtin[0])
+/* The library's own backends, then those registered at run time
+ * (sw_backend_register, SPILLWAY_BACKENDS): append-only, each pointer
+ * written before the count that publishes it, so that readers need no
+ * lock. */
+#define MAX_BACKENDS 16
 #define MAX_DEVICES 64 /* per backend */
+static const sw__backend_ops *backends[MAX_BACKENDS];
+static _Atomic size_t nbackends;
+
+/* SPILLWAY_BACKENDS entries that could not be registered: listed by
+ * sw_backend_info with the reason. */
+#define MAX_FAILED 8
+static struct {
+    char name[64];
+    char why[320];
+} failed[MAX_FAILED];
+static size_t nfailed;
 
 /* Device structs live in one static array and are never freed, so a
  * device handle stays valid (and detectably closed) for the life of the
  * process, and any pointer can be checked by address before anything is
  * read through it.  A slot is set up at its device's first open.  The
- * registry lock covers open/close and first-time setup; it is never taken
- * while a device lock is held. */
+ * registry lock covers open/close, registration and first-time setup; it
+ * is never taken while a device lock is held. */
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static sw_device registry[NBACKENDS][MAX_DEVICES];
+static sw_device registry[MAX_BACKENDS][MAX_DEVICES];
+
+static void backends_init(void);
+static pthread_once_t backends_once = PTHREAD_ONCE_INIT;
+
+/* How many backends there are (the first call loads SPILLWAY_BACKENDS). */
+static size_t backend_n(void)
+{
+    pthread_once(&backends_once, backends_init);
+    return atomic_load_explicit(&nbackends, memory_order_acquire);
+}
 
 sw_device *sw__device_at(size_t i)
 {
-    return i < NBACKENDS * MAX_DEVICES ? &registry[0][0] + i : NULL;
+    return i < MAX_BACKENDS * MAX_DEVICES ? &registry[0][0] + i : NULL;
 }
 
 bool sw__device_valid(const sw_device *dev)
@@ -111,7 +138,11 @@ static int backend_count(const sw__backend_ops *ops)
     return n > MAX_DEVICES ? MAX_DEVICES : n;
 }
 
-SW_API size_t sw_backend_count(void) { return NBACKENDS; }
+SW_API size_t sw_backend_count(void)
+{
+    size_t n = backend_n();
+    return n + nfailed;
+}
 
 SW_API int sw_backend_info(size_t i, const char **name, int *devices,
                            char *why, size_t why_len)
@@ -122,21 +153,180 @@ SW_API int sw_backend_info(size_t i, const char **name, int *devices,
         *devices = 0;
     if (why != NULL && why_len > 0)
         why[0] = '\0';
-    if (i >= NBACKENDS)
-        return sw__errorf(SW_ERR_INVALID_ARG, "backend %zu: this build has "
-                          "%zu", i, (size_t)NBACKENDS);
+    size_t n = backend_n();
+    if (i >= n && i - n < nfailed) {
+        /* A SPILLWAY_BACKENDS entry that did not load. */
+        if (name != NULL)
+            *name = failed[i - n].name;
+        if (why != NULL && why_len > 0)
+            snprintf(why, why_len, "%s", failed[i - n].why);
+        return sw__errorf(SW_ERR_INVALID_ARG, "SPILLWAY_BACKENDS: %s",
+                          failed[i - n].why);
+    }
+    if (i >= n)
+        return sw__errorf(SW_ERR_INVALID_ARG, "backend %zu: this process "
+                          "has %zu", i, n + nfailed);
     char buf[256] = "";
-    int n = 0;
-    int rc = sw__b_device_count(backends[i], &n, buf, sizeof buf);
+    int count = 0;
+    int rc = sw__b_device_count(backends[i], &count, buf, sizeof buf);
     if (name != NULL)
         *name = backends[i]->name;
     if (rc != SW_OK)
         return rc;
     if (devices != NULL)
-        *devices = n > MAX_DEVICES ? MAX_DEVICES : n;
-    if (why != NULL && why_len > 0 && n == 0)
+        *devices = count > MAX_DEVICES ? MAX_DEVICES : count;
+    if (why != NULL && why_len > 0 && count == 0)
         snprintf(why, why_len, "%s", buf);
     return SW_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Registering backends (spillway/backend.h)
+ * ---------------------------------------------------------------------- */
+
+/* Whether the table can be a backend here; the message says why not. */
+static int check_table(const sw__backend_ops *ops)
+{
+    if (ops == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "the backend table is NULL");
+    const char *name = ops->name;
+    if (ops->version < SW_BACKEND_VERSION_MIN ||
+        ops->version > SW_BACKEND_VERSION)
+        return sw__errorf(SW_ERR_INVALID_ARG, "backend '%.40s': contract "
+                          "version %d, and this spillway takes versions %d "
+                          "to %d (spillway/backend.h: SW_BACKEND_VERSION)",
+                          name ? name : "?", ops->version,
+                          SW_BACKEND_VERSION_MIN, SW_BACKEND_VERSION);
+    size_t len = name ? strlen(name) : 0;
+    bool ok = len > 0 && len <= 23;
+    for (size_t k = 0; ok && k < len; k++)
+        ok = (name[k] >= 'a' && name[k] <= 'z') ||
+             (name[k] >= '0' && name[k] <= '9') || name[k] == '_';
+    if (!ok)
+        return sw__errorf(SW_ERR_INVALID_ARG, "backend name '%.40s': a "
+                          "backend is named by 1 to 23 of [a-z0-9_] (the "
+                          "spec prefix, as in \"sim:0\")", name ? name : "");
+#define SW__REQUIRED(X)                                                       \
+    X(device_count) X(open) X(close) X(alloc) X(free) X(mem_info)             \
+    X(default_queue) X(queue_create) X(queue_destroy) X(write) X(read)       \
+    X(copy) X(fill) X(launch) X(event_record) X(event_query) X(event_wait)   \
+    X(event_release) X(synchronize) X(wait_event)
+#define SW__CHECK_MEMBER(m)                                                   \
+    if (ops->m == NULL)                                                       \
+        return sw__errorf(SW_ERR_INVALID_ARG, "backend '%s': its %s is "      \
+                          "NULL, and every backend must have one", name, #m);
+    SW__REQUIRED(SW__CHECK_MEMBER)
+#undef SW__CHECK_MEMBER
+#undef SW__REQUIRED
+    return SW_OK;
+}
+
+/* Under the registry lock. */
+static int register_locked(const sw__backend_ops *ops)
+{
+    int rc = check_table(ops);
+    if (rc != SW_OK)
+        return rc;
+    size_t n = atomic_load_explicit(&nbackends, memory_order_relaxed);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(backends[i]->name, ops->name) == 0)
+            return sw__errorf(SW_ERR_INVALID_ARG, "a backend named '%s' is "
+                              "registered already", ops->name);
+    if (n == MAX_BACKENDS)
+        return sw__errorf(SW_ERR_BUSY, "backend '%s': this process has %d "
+                          "backends, the most it can", ops->name,
+                          MAX_BACKENDS);
+    backends[n] = ops;
+    atomic_store_explicit(&nbackends, n + 1, memory_order_release);
+    return SW_OK;
+}
+
+/* dlopen a backend's shared object and register its table. */
+static int load_locked(const char *path)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        const char *e = dlerror();
+        return sw__errorf(SW_ERR_INVALID_ARG, "%s does not load: %s", path,
+                          e ? e : "dlopen failed");
+    }
+    void *sym = dlsym(h, SW_BACKEND_ENTRY);
+    if (sym == NULL) {
+        dlclose(h);
+        return sw__errorf(SW_ERR_INVALID_ARG, "%s exports no %s: not a "
+                          "spillway backend (spillway/backend.h)", path,
+                          SW_BACKEND_ENTRY);
+    }
+    static const sw_backend_host host = {
+        .version = SW_BACKEND_VERSION,
+        .errorf = sw_backend_errorf,
+        .malloc = sw_backend_malloc,
+        .calloc = sw_backend_calloc,
+        .realloc = sw_backend_realloc,
+        .free = sw_backend_free,
+        .parse_size = sw_parse_size,
+        .format_bytes = sw_format_bytes,
+        .dtype_size = sw_dtype_size,
+        .dtype_name = sw_dtype_name,
+        .kernel_name = sw_kernel_name,
+    };
+    sw_backend_entry_fn entry;
+    memcpy(&entry, &sym, sizeof entry);
+    const sw__backend_ops *ops = entry(&host);
+    int rc = register_locked(ops);
+    if (rc != SW_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", sw_last_error());
+        dlclose(h);
+        return sw__errorf(rc, "%s: %s", path, why);
+    }
+    return SW_OK; /* kept loaded for the life of the process */
+}
+
+/* Once: the library's backends, then SPILLWAY_BACKENDS'. */
+static void backends_init(void)
+{
+    for (size_t i = 0; i < NBUILTIN; i++)
+        backends[i] = builtin[i];
+    atomic_store_explicit(&nbackends, NBUILTIN, memory_order_release);
+    const char *env = getenv("SPILLWAY_BACKENDS");
+    if (env == NULL || env[0] == '\0')
+        return;
+    char list[4096];
+    snprintf(list, sizeof list, "%s", env);
+    pthread_mutex_lock(&registry_lock);
+    for (char *save = NULL, *p = strtok_r(list, ":", &save); p != NULL;
+         p = strtok_r(NULL, ":", &save)) {
+        if (load_locked(p) == SW_OK || nfailed == MAX_FAILED)
+            continue;
+        const char *base = strrchr(p, '/');
+        snprintf(failed[nfailed].name, sizeof failed[nfailed].name, "%s",
+                 base ? base + 1 : p);
+        snprintf(failed[nfailed].why, sizeof failed[nfailed].why, "%s",
+                 sw_last_error());
+        nfailed++;
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+SW_API int sw_backend_register(const sw_backend_ops *ops)
+{
+    (void)backend_n();
+    pthread_mutex_lock(&registry_lock);
+    int rc = register_locked(ops);
+    pthread_mutex_unlock(&registry_lock);
+    return rc;
+}
+
+SW_API int sw_backend_load(const char *path)
+{
+    if (path == NULL || path[0] == '\0')
+        return sw__errorf(SW_ERR_INVALID_ARG, "path is NULL or empty");
+    (void)backend_n();
+    pthread_mutex_lock(&registry_lock);
+    int rc = load_locked(path);
+    pthread_mutex_unlock(&registry_lock);
+    return rc;
 }
 
 SW_API int sw_device_count(size_t *count)
@@ -144,7 +334,8 @@ SW_API int sw_device_count(size_t *count)
     if (count == NULL)
         return sw__errorf(SW_ERR_INVALID_ARG, "count is NULL");
     size_t total = 0;
-    for (size_t i = 0; i < NBACKENDS; i++)
+    size_t n = backend_n();
+    for (size_t i = 0; i < n; i++)
         total += (size_t)backend_count(backends[i]);
     *count = total;
     return SW_OK;
@@ -155,8 +346,8 @@ SW_API int sw_device_spec_at(size_t index, char *buf, size_t len)
     if (buf == NULL || len == 0)
         return sw__errorf(SW_ERR_INVALID_ARG, "buf is NULL or empty");
     buf[0] = '\0';
-    size_t seen = 0;
-    for (size_t i = 0; i < NBACKENDS; i++) {
+    size_t seen = 0, nb = backend_n();
+    for (size_t i = 0; i < nb; i++) {
         size_t n = (size_t)backend_count(backends[i]);
         if (index < seen + n) {
             int w = snprintf(buf, len, "%s:%zu", backends[i]->name,
@@ -201,7 +392,8 @@ static int parse_spec(const char *spec, size_t *backend, int *index)
         }
         idx = v >= MAX_DEVICES ? MAX_DEVICES : (int)v;
     }
-    for (size_t i = 0; i < NBACKENDS; i++) {
+    size_t nb = backend_n();
+    for (size_t i = 0; i < nb; i++) {
         if (strlen(backends[i]->name) == nlen &&
             strncmp(backends[i]->name, spec, nlen) == 0) {
             *backend = i;
@@ -210,11 +402,13 @@ static int parse_spec(const char *spec, size_t *backend, int *index)
         }
     }
     int rc = sw__errorf(SW_ERR_NO_DEVICE, "no backend named '%.*s' in "
-                        "device spec '%s' (this build has:", (int)nlen,
+                        "device spec '%s' (this process has:", (int)nlen,
                         spec, spec);
-    for (size_t i = 0; i < NBACKENDS; i++)
+    for (size_t i = 0; i < nb; i++)
         sw__error_append(" %s", backends[i]->name);
     sw__error_append(")");
+    for (size_t i = 0; i < nfailed; i++)
+        sw__error_append("; SPILLWAY_BACKENDS: %s", failed[i].why);
     return rc;
 }
 

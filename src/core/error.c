@@ -61,6 +61,16 @@ int sw__errorf(int code, const char *fmt, ...)
     return code;
 }
 
+/* The public form for backends outside the library (spillway/backend.h). */
+SW_API int sw_backend_errorf(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
 void sw__error_append(const char *fmt, ...)
 {
     size_t len = strlen(msg);

@@ -301,6 +301,12 @@ TEST(spill_copy_waits_only_for_its_buffer)
         ASSERT_OK(sw_op_scale_q(q, busy, busy, one, SW_FLOAT32, NF));
     sw_event *long_work = NULL;
     ASSERT_OK(sw_queue_record_event(q, &long_work));
+    /* A device that runs work when it is queued (examples/backend's
+     * membank) has nothing to overlap: only the data is checked there. */
+    int ran_at_once = 0;
+    ASSERT_OK(sw_event_query(long_work, &ran_at_once));
+    if (ran_at_once)
+        copyq = false;
     fill_f32(busy, NF, 7.0f);
     ASSERT_OK(sw_op_scale(held, held, two, SW_FLOAT32, NF));
     /* old and held are the least recently used: both spill. */

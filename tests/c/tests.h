@@ -55,6 +55,12 @@
     X(native_cuda_adopts_a_stream)                                            \
     X(native_hip_adopts_a_stream)                                             \
     X(thread_native_pins)                                                     \
+    /* test-register.c */                                                     \
+    X(register_backend_opens_and_spills)                                      \
+    X(register_backend_pressure_and_capacity)                                 \
+    X(register_bad_tables)                                                    \
+    X(register_table_full)                                                    \
+    X(register_load_bad_paths)                                                \
     /* test-trace.c */                                                        \
     X(trace_every_kind_replays)                                               \
     X(trace_ring_bound)                                                       \

@@ -195,6 +195,26 @@ def test_info_prints_a_table():
                                    "0", "B"]
 
 
+def test_info_lists_a_backend_that_does_not_load(tmp_path):
+    """SPILLWAY_BACKENDS naming a path that does not load, and one that is
+    no backend: each listed with the reason, the rest of the table as it
+    was, and its devices refused by name."""
+    notso = tmp_path / "libspillway_text.so"
+    notso.write_text("not a shared object\n")
+    env = {"SPILLWAY_BACKENDS":
+           f"/nonexistent/libspillway_gone.so:{notso}:libm.so.6"}
+    p = run("info", env=env)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout + p.stderr
+    assert re.search(r"libspillway_gone\.so: .*does not load", out), out
+    assert re.search(r"libspillway_text\.so: .*does not load", out), out
+    assert re.search(r"libm\.so\.6: .*exports no sw_backend_entry", out), out
+    assert any(l.startswith("sim:0 ") for l in p.stdout.splitlines())
+    p = run("demo", "--device", "gone:0", "--steps", "4", env=env)
+    assert p.returncode != 0
+    assert "libspillway_gone.so" in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("budget", ["8M", "12.5MiB"])
 def test_demo_with_a_budget(budget):
     p = run("demo", "--steps", "4", "--budget", budget)
