@@ -8,7 +8,8 @@
  *      memcpy gets while another runs beside it (the ceiling for a copy
  *      overlapped with memory-bound work on a device that is the CPU);
  *   2. warm launch overhead per resident argument (sw_launch_begin/end),
- *      in ns, against an empty loop;
+ *      in ns, against an empty loop, and the queue-taking pin's
+ *      (sw_launch_begin_q/_end_q) beside it;
  *   3. victim selection cost per spilled buffer with 10^5 and 10^6 live
  *      buffers (should grow no faster than log n).
  *
@@ -221,6 +222,34 @@ static double launch_alt_ns(sw_device *dev, sw_buffer **set0,
     return (now() - t0) / (double)iters * 1e9;
 }
 
+/* The queue-taking pin (sw_launch_begin_q/_end_q) on q, the same way. */
+static double launch_q_ns(sw_queue *q, sw_buffer **bufs, size_t n,
+                          long iters)
+{
+    sw_devmem ptrs[16];
+    double t0 = now();
+    for (long i = 0; i < iters; i++) {
+        CHECK(sw_launch_begin_q(q, bufs, n, ptrs));
+        sink += ptrs[0].base;
+        CHECK(sw_launch_end_q(q, bufs, n));
+    }
+    return (now() - t0) / (double)iters * 1e9;
+}
+
+static double launch_q_alt_ns(sw_queue *q, sw_buffer **set0,
+                              sw_buffer **set1, size_t n, long iters)
+{
+    sw_devmem ptrs[16];
+    double t0 = now();
+    for (long i = 0; i < iters; i++) {
+        sw_buffer **b = (i & 1) ? set1 : set0;
+        CHECK(sw_launch_begin_q(q, b, n, ptrs));
+        sink += ptrs[0].base;
+        CHECK(sw_launch_end_q(q, b, n));
+    }
+    return (now() - t0) / (double)iters * 1e9;
+}
+
 static void bench_launch(sw_device *dev, long iters)
 {
     enum { N = 16 };
@@ -238,14 +267,24 @@ static void bench_launch(sw_device *dev, long iters)
      * (virtual) machine a loop that lost the CPU, or ran beside a noisy
      * neighbour, is not the launch's cost, and a few ns per argument is
      * lost in that noise unless each figure is the minimum of many. */
+    sw_queue *q = NULL;
+    CHECK(sw_queue_create(dev, &q));
+    (void)launch_q_ns(q, bufs, N, iters / 10);
+    (void)launch_q_ns(q, other, N, iters / 10);
     enum { REPS = 40 };
     double t1 = 1e30, tn = 1e30, a1 = 1e30, an = 1e30;
+    double q1 = 1e30, qn = 1e30, qa1 = 1e30, qan = 1e30;
     for (int r = 0; r < REPS; r++) {
         t1 = fmin(t1, launch_ns(dev, bufs, 1, iters / REPS));
         tn = fmin(tn, launch_ns(dev, bufs, N, iters / REPS));
         a1 = fmin(a1, launch_alt_ns(dev, bufs, other, 1, iters / REPS));
         an = fmin(an, launch_alt_ns(dev, bufs, other, N, iters / REPS));
+        q1 = fmin(q1, launch_q_ns(q, bufs, 1, iters / REPS));
+        qn = fmin(qn, launch_q_ns(q, bufs, N, iters / REPS));
+        qa1 = fmin(qa1, launch_q_alt_ns(q, bufs, other, 1, iters / REPS));
+        qan = fmin(qan, launch_q_alt_ns(q, bufs, other, N, iters / REPS));
     }
+    CHECK(sw_queue_release(q));
     double per_arg = (tn - t1) / (N - 1);
     printf("warm launch (begin+end, all arguments resident, %ld iterations)\n",
            iters);
@@ -255,6 +294,15 @@ static void bench_launch(sw_device *dev, long iters)
     printf("  per extra argument     %8.2f ns  (goal <= 5 ns)\n", per_arg);
     printf("  the same, alternating two sets of handles (each decoded):\n");
     printf("  per extra argument     %8.2f ns\n", (an - a1) / (N - 1));
+    double qper = (qn - q1) / (N - 1);
+    printf("queue-taking pins (sw_launch_begin_q/_end_q on a queue):\n");
+    printf("  1 argument             %8.2f ns per launch\n", q1 - empty);
+    printf("  %d arguments           %8.2f ns per launch\n", N, qn - empty);
+    printf("  per extra argument     %8.2f ns, %+.2f ns against "
+           "sw_launch_begin (goal <= +5 ns)\n", qper, qper - per_arg);
+    printf("  alternating two sets   %8.2f ns per extra argument, %+.2f ns "
+           "against sw_launch_begin's\n", (qan - qa1) / (N - 1),
+           (qan - qa1) / (N - 1) - (an - a1) / (N - 1));
     for (int i = 0; i < N; i++) {
         CHECK(sw_buffer_free(bufs[i]));
         CHECK(sw_buffer_free(other[i]));

@@ -31,26 +31,44 @@
 
 #include <string.h>
 
-typedef struct PinnedObject PinnedObject;
-
-struct PinnedObject {
-    PyObject_HEAD
-    PyObject *arrays;      /* tuple of Arrays, as given */
+/* One pin set.  Neither it nor its views are tracked by the collector: it
+ * refers to Arrays, a Queue and a Device, none of which can refer back,
+ * and a view refers to it alone (the set does not keep its views), so no
+ * cycle can form -- and a pin, entered and left around every launch, costs
+ * no collector bookkeeping.  The arrays, their handles and what the pin
+ * gave are stored inline: `items` holds arrays[n], then bufs[n] (what
+ * sw_launch_begin_q takes), then mem[n]. */
+typedef struct PinnedObject {
+    PyObject_VAR_HEAD      /* ob_size: the number of arrays */
     QueueObject *queue;    /* strong, or NULL: the host */
-    DeviceObject *device;  /* strong: the arrays' device */
-    sw_buffer **bufs;      /* the arrays' handles (borrowed from them) */
-    sw_devmem *mem;        /* what the pin gave, per array */
-    PyObject *views;       /* tuple of PinnedView while entered, else NULL */
-    Py_ssize_t n;
+    DeviceObject *device;  /* strong: the arrays' device, or NULL (none) */
     int state;             /* PINNED_NEW, _IN, _DONE */
-};
+    void *items[];
+} PinnedObject;
 
 enum { PINNED_NEW, PINNED_IN, PINNED_DONE };
+
+#define PINNED_ITEM_BYTES                                                     \
+    (sizeof(PyObject *) + sizeof(sw_buffer *) + sizeof(sw_devmem))
+
+static inline PyObject **pinned_arrays(PinnedObject *p)
+{
+    return (PyObject **)p->items;
+}
+
+static inline sw_buffer **pinned_bufs(PinnedObject *p)
+{
+    return (sw_buffer **)(pinned_arrays(p) + Py_SIZE(p));
+}
+
+static inline sw_devmem *pinned_mem(PinnedObject *p)
+{
+    return (sw_devmem *)(pinned_bufs(p) + Py_SIZE(p));
+}
 
 typedef struct {
     PyObject_HEAD
     PinnedObject *owner; /* strong */
-    ArrayObject *array;  /* strong */
     Py_ssize_t index;
 } PinnedViewObject;
 
@@ -77,11 +95,17 @@ static PyObject *sw_py_pinned(PyObject *module, PyObject *const *args,
     }
     DeviceObject *d = NULL;
     for (Py_ssize_t i = 0; i < nargs; i++) {
-        char what[40];
-        snprintf(what, sizeof what, "argument %zd", i + 1);
-        ArrayObject *a = sw_py_array_arg(st, args[i], "pinned", what);
-        if (a == NULL)
-            return NULL;
+        PyObject *o = args[i];
+        ArrayObject *a;
+        if (Py_IS_TYPE(o, st->array_type) &&
+            !((ArrayObject *)o)->device->closed) {
+            a = (ArrayObject *)o; /* the usual case, checked inline */
+        } else {
+            char what[40];
+            snprintf(what, sizeof what, "argument %zd", i + 1);
+            if ((a = sw_py_array_arg(st, o, "pinned", what)) == NULL)
+                return NULL;
+        }
         if (d != NULL && a->device != d) {
             PyErr_Format(PyExc_ValueError,
                          "pinned(): argument %zd is on %U, argument 1 on "
@@ -92,45 +116,37 @@ static PyObject *sw_py_pinned(PyObject *module, PyObject *const *args,
         d = a->device;
     }
     QueueObject *q = NULL;
-    if (sw_py_queue_arg(st, queue, d, "pinned", &q) < 0)
+    if (queue != NULL && queue != Py_None &&
+        sw_py_queue_arg(st, queue, d, "pinned", &q) < 0)
         return NULL;
     if (d == NULL && q != NULL)
         d = q->device;
-    PinnedObject *p = PyObject_GC_New(PinnedObject, st->pinned_type);
+    PinnedObject *p = (PinnedObject *)PyObject_Malloc(
+        sizeof(PinnedObject) + (size_t)nargs * PINNED_ITEM_BYTES);
     if (p == NULL)
-        return NULL;
-    p->arrays = PyTuple_New(nargs);
+        return PyErr_NoMemory();
+    PyObject_InitVar((PyVarObject *)p, st->pinned_type, nargs);
     p->queue = q != NULL ? (QueueObject *)Py_NewRef(q) : NULL;
     p->device = d != NULL ? (DeviceObject *)Py_NewRef(d) : NULL;
-    p->n = nargs;
-    p->bufs = PyMem_Malloc((size_t)(nargs ? nargs : 1) * sizeof *p->bufs);
-    p->mem = PyMem_Malloc((size_t)(nargs ? nargs : 1) * sizeof *p->mem);
-    p->views = NULL;
     p->state = PINNED_NEW;
-    if (p->arrays == NULL || p->bufs == NULL || p->mem == NULL) {
-        PyObject_GC_Track(p);
-        Py_DECREF(p);
-        return PyErr_NoMemory();
-    }
+    PyObject **arrays = pinned_arrays(p);
+    sw_buffer **bufs = pinned_bufs(p);
     for (Py_ssize_t i = 0; i < nargs; i++) {
-        PyTuple_SET_ITEM(p->arrays, i, Py_NewRef(args[i]));
-        p->bufs[i] = ((ArrayObject *)args[i])->buf;
+        arrays[i] = Py_NewRef(args[i]);
+        bufs[i] = ((ArrayObject *)args[i])->buf;
     }
-    PyObject_GC_Track(p);
     return (PyObject *)p;
 }
 
-/* The end of the pins, in stream order; without the GIL.  Views die
- * first (with the GIL): no view reads memory that may move. */
+/* The end of the pins, in stream order, without the GIL. */
 static int pinned_end(PinnedObject *p)
 {
     p->state = PINNED_DONE;
-    Py_CLEAR(p->views);
     int rc = SW_OK;
-    if (p->n > 0) {
+    if (Py_SIZE(p) > 0) {
         sw_queue *q = p->queue != NULL ? p->queue->q : NULL;
-        sw_buffer *const *bufs = p->bufs;
-        size_t n = (size_t)p->n;
+        sw_buffer *const *bufs = pinned_bufs(p);
+        size_t n = (size_t)Py_SIZE(p);
         NOGIL(rc = sw_launch_end_q(q, bufs, n));
     }
     if (p->device != NULL)
@@ -151,48 +167,46 @@ static PyObject *Pinned_enter(PinnedObject *p, PyObject *unused)
     }
     /* The arrays' device may have been closed since pinned() was called;
      * the queue's too. */
-    for (Py_ssize_t i = 0; i < p->n; i++)
-        if (sw_py_array_check_device(
-                (ArrayObject *)PyTuple_GET_ITEM(p->arrays, i)) < 0)
-            return NULL;
+    Py_ssize_t n = Py_SIZE(p);
+    PyObject **arrays = pinned_arrays(p);
+    if (p->device != NULL && p->device->closed) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (sw_py_array_check_device((ArrayObject *)arrays[i]) < 0)
+                return NULL;
+    }
     if (p->queue != NULL && sw_py_queue_check_open(p->queue) < 0)
         return NULL;
-    PyObject *views = PyTuple_New(p->n);
+    PyObject *views = PyTuple_New(n);
     if (views == NULL)
         return NULL;
-    for (Py_ssize_t i = 0; i < p->n; i++) {
+    for (Py_ssize_t i = 0; i < n; i++) {
         PinnedViewObject *v =
-            PyObject_GC_New(PinnedViewObject, st->pinned_view_type);
+            PyObject_New(PinnedViewObject, st->pinned_view_type);
         if (v == NULL) {
             Py_DECREF(views);
             return NULL;
         }
         v->owner = (PinnedObject *)Py_NewRef(p);
-        v->array = (ArrayObject *)Py_NewRef(PyTuple_GET_ITEM(p->arrays, i));
         v->index = i;
         PyTuple_SET_ITEM(views, i, (PyObject *)v);
-        PyObject_GC_Track(v);
     }
     int rc = SW_OK;
-    if (p->n > 0) {
-        sw_queue *q = p->queue != NULL ? p->queue->q : NULL;
-        sw_buffer *const *bufs = p->bufs;
-        sw_devmem *mem = p->mem;
-        size_t n = (size_t)p->n;
+    if (p->device != NULL)
         sw_py_device_use(p->device);
-        NOGIL_ALLOC(rc, sw_launch_begin_q(q, bufs, n, mem));
-        if (rc != SW_OK)
-            sw_py_device_unuse(p->device);
+    if (n > 0) {
+        sw_queue *q = p->queue != NULL ? p->queue->q : NULL;
+        sw_buffer *const *bufs = pinned_bufs(p);
+        sw_devmem *mem = pinned_mem(p);
+        NOGIL_ALLOC(rc, sw_launch_begin_q(q, bufs, (size_t)n, mem));
     }
     if (rc != SW_OK) {
+        if (p->device != NULL)
+            sw_py_device_unuse(p->device);
         Py_DECREF(views);
         return sw_py_raise(st, rc);
     }
-    if (p->n == 0 && p->device != NULL)
-        sw_py_device_use(p->device);
     p->state = PINNED_IN;
-    p->views = views;
-    return Py_NewRef(views);
+    return views;
 }
 
 static PyObject *Pinned_exit(PinnedObject *p, PyObject *const *args,
@@ -200,52 +214,36 @@ static PyObject *Pinned_exit(PinnedObject *p, PyObject *const *args,
 {
     (void)args;
     (void)nargs;
-    sw_py_state *st = sw_py_type_state(Py_TYPE(p));
-    if (st == NULL)
-        return NULL;
     if (p->state != PINNED_IN) {
         PyErr_SetString(PyExc_RuntimeError,
                         "__exit__ of a pinned() block that is not entered");
         return NULL;
     }
     int rc = pinned_end(p);
-    if (rc != SW_OK)
-        return sw_py_raise(st, rc);
+    if (rc != SW_OK) {
+        sw_py_state *st = sw_py_type_state(Py_TYPE(p));
+        return st != NULL ? sw_py_raise(st, rc) : NULL;
+    }
     Py_RETURN_FALSE; /* an exception in the block goes on */
-}
-
-static int Pinned_traverse(PinnedObject *p, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(p));
-    Py_VISIT(p->arrays);
-    Py_VISIT(p->queue);
-    Py_VISIT(p->device);
-    Py_VISIT(p->views);
-    return 0;
-}
-
-static int Pinned_clear(PinnedObject *p)
-{
-    if (p->state == PINNED_IN)
-        (void)pinned_end(p); /* dropped inside its block: the pins end */
-    Py_CLEAR(p->views);
-    Py_CLEAR(p->arrays);
-    Py_CLEAR(p->queue);
-    Py_CLEAR(p->device);
-    return 0;
 }
 
 static void Pinned_dealloc(PinnedObject *p)
 {
     PyTypeObject *tp = Py_TYPE(p);
-    PyObject_GC_UnTrack(p);
-    PyObject *t, *val, *tb;
-    PyErr_Fetch(&t, &val, &tb);
-    (void)Pinned_clear(p);
-    PyErr_Restore(t, val, tb);
-    PyMem_Free(p->bufs);
-    PyMem_Free(p->mem);
-    tp->tp_free(p);
+    if (p->state == PINNED_IN) {
+        /* Dropped inside its block (its __exit__ never called): the pins
+         * end now. */
+        PyObject *t, *val, *tb;
+        PyErr_Fetch(&t, &val, &tb);
+        (void)pinned_end(p);
+        PyErr_Restore(t, val, tb);
+    }
+    PyObject **arrays = pinned_arrays(p);
+    for (Py_ssize_t i = 0; i < Py_SIZE(p); i++)
+        Py_XDECREF(arrays[i]);
+    Py_XDECREF(p->queue);
+    Py_XDECREF(p->device);
+    PyObject_Free(p);
     Py_DECREF(tp);
 }
 
@@ -253,7 +251,7 @@ static PyObject *Pinned_repr(PinnedObject *p)
 {
     static const char *const states[] = {"not entered", "entered", "ended"};
     return PyUnicode_FromFormat("<spillway.pinned of %zd array%s on %S, %s>",
-                                p->n, p->n == 1 ? "" : "s",
+                                Py_SIZE(p), Py_SIZE(p) == 1 ? "" : "s",
                                 p->device ? (PyObject *)p->device->name
                                           : Py_None,
                                 states[p->state]);
@@ -271,8 +269,6 @@ static PyType_Slot Pinned_slots[] = {
     {Py_tp_doc, "What spillway.pinned() returns: a context manager whose "
                 "block holds the arrays' pins."},
     {Py_tp_dealloc, Pinned_dealloc},
-    {Py_tp_traverse, Pinned_traverse},
-    {Py_tp_clear, Pinned_clear},
     {Py_tp_repr, Pinned_repr},
     {Py_tp_methods, Pinned_methods},
     {0, NULL},
@@ -281,8 +277,9 @@ static PyType_Slot Pinned_slots[] = {
 static PyType_Spec Pinned_spec = {
     .name = "spillway.Pinned",
     .basicsize = sizeof(PinnedObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .itemsize = PINNED_ITEM_BYTES,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = Pinned_slots,
 };
 
@@ -304,12 +301,17 @@ static int view_live(PinnedViewObject *v)
 
 static sw_devmem view_mem(PinnedViewObject *v)
 {
-    return v->owner->mem[v->index];
+    return pinned_mem(v->owner)[v->index];
+}
+
+static ArrayObject *view_array(PinnedViewObject *v)
+{
+    return (ArrayObject *)pinned_arrays(v->owner)[v->index];
 }
 
 static int view_linear(PinnedViewObject *v)
 {
-    return sw_py_dl_linear(v->array->device);
+    return sw_py_dl_linear(view_array(v)->device);
 }
 
 static PyObject *View_get_ptr(PinnedViewObject *v, void *c)
@@ -320,7 +322,7 @@ static PyObject *View_get_ptr(PinnedViewObject *v, void *c)
         PyErr_Format(PyExc_AttributeError,
                      "%U's memory has no addresses: a pinned view there "
                      "has .cl_mem and .offset",
-                     v->array->device->name);
+                     view_array(v)->device->name);
         return NULL;
     }
     sw_devmem m = view_mem(v);
@@ -336,7 +338,7 @@ static PyObject *View_get_cl_mem(PinnedViewObject *v, void *c)
         PyErr_Format(PyExc_AttributeError,
                      "%U's memory is addressed: a pinned view there has "
                      ".ptr (.cl_mem is OpenCL's)",
-                     v->array->device->name);
+                     view_array(v)->device->name);
         return NULL;
     }
     return PyLong_FromUnsignedLongLong((unsigned long long)view_mem(v).base);
@@ -353,7 +355,7 @@ static PyObject *View_get_nbytes(PinnedViewObject *v, void *c)
 {
     if (view_live(v) < 0)
         return NULL;
-    return PyLong_FromSize_t(v->array->nbytes);
+    return PyLong_FromSize_t(view_array(v)->nbytes);
 }
 
 static PyObject *View_get_dtype(PinnedViewObject *v, void *c)
@@ -361,7 +363,7 @@ static PyObject *View_get_dtype(PinnedViewObject *v, void *c)
     sw_py_state *st = sw_py_type_state(Py_TYPE(v));
     if (st == NULL || view_live(v) < 0)
         return NULL;
-    return sw_py_dtype_obj(st, v->array->dtype);
+    return sw_py_dtype_obj(st, view_array(v)->dtype);
 }
 
 static PyObject *shape_tuple(ArrayObject *a)
@@ -383,12 +385,12 @@ static PyObject *View_get_shape(PinnedViewObject *v, void *c)
 {
     if (view_live(v) < 0)
         return NULL;
-    return shape_tuple(v->array);
+    return shape_tuple(view_array(v));
 }
 
 static PyObject *View_get_array(PinnedViewObject *v, void *c)
 {
-    return Py_NewRef(v->array);
+    return Py_NewRef((PyObject *)view_array(v));
 }
 
 static PyObject *View_get_queue(PinnedViewObject *v, void *c)
@@ -405,15 +407,15 @@ static PyObject *View_get_cai(PinnedViewObject *v, void *c)
     if (st == NULL || view_live(v) < 0)
         return NULL;
     int type = 0, id = 0;
-    sw_py_dl_device_of(v->array->device, &type, &id);
+    sw_py_dl_device_of(view_array(v)->device, &type, &id);
     if (type != 2 /* kDLCUDA */) {
         PyErr_Format(PyExc_AttributeError,
                      "__cuda_array_interface__ is CUDA's: %U is not a CUDA "
                      "device (use .ptr, or __dlpack__)",
-                     v->array->device->name);
+                     view_array(v)->device->name);
         return NULL;
     }
-    const sw_py_dtype_info *info = &sw_py_dtypes[v->array->dtype];
+    const sw_py_dtype_info *info = &sw_py_dtypes[view_array(v)->dtype];
     if (info->fmt == NULL) { /* bfloat16: no typestr the interface knows */
         PyErr_SetString(PyExc_AttributeError,
                         "__cuda_array_interface__ has no bfloat16 typestr: "
@@ -439,7 +441,7 @@ static PyObject *View_get_cai(PinnedViewObject *v, void *c)
             return NULL;
     }
     sw_devmem m = view_mem(v);
-    PyObject *shape = shape_tuple(v->array);
+    PyObject *shape = shape_tuple(view_array(v));
     PyObject *r = shape == NULL
                       ? NULL
                       : Py_BuildValue(
@@ -458,7 +460,7 @@ static PyObject *View_dlpack(PinnedViewObject *v, PyObject *const *args,
 {
     if (view_live(v) < 0)
         return NULL;
-    return sw_py_dlpack_pinned(v->array, view_mem(v),
+    return sw_py_dlpack_pinned(view_array(v), view_mem(v),
                                v->owner->queue ? v->owner->queue->q : NULL,
                                args, nargs, kwnames);
 }
@@ -467,49 +469,33 @@ static PyObject *View_dlpack_device(PinnedViewObject *v, PyObject *unused)
 {
     if (view_live(v) < 0)
         return NULL;
-    return sw_py_array_dlpack_device(v->array, NULL);
-}
-
-static int View_traverse(PinnedViewObject *v, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(v));
-    Py_VISIT(v->owner);
-    Py_VISIT(v->array);
-    return 0;
-}
-
-static int View_clear(PinnedViewObject *v)
-{
-    Py_CLEAR(v->owner);
-    Py_CLEAR(v->array);
-    return 0;
+    return sw_py_array_dlpack_device(view_array(v), NULL);
 }
 
 static void View_dealloc(PinnedViewObject *v)
 {
     PyTypeObject *tp = Py_TYPE(v);
-    PyObject_GC_UnTrack(v);
-    (void)View_clear(v);
-    tp->tp_free(v);
+    Py_XDECREF(v->owner);
+    PyObject_Free(v);
     Py_DECREF(tp);
 }
 
 static PyObject *View_repr(PinnedViewObject *v)
 {
-    if (v->owner == NULL || v->owner->state != PINNED_IN)
+    if (v->owner->state != PINNED_IN)
         return PyUnicode_FromString("<spillway.PinnedView, its block "
                                     "ended>");
     sw_devmem m = view_mem(v);
     if (view_linear(v))
         return PyUnicode_FromFormat(
             "<spillway.PinnedView %s %zu bytes at %p on %U>",
-            sw_py_dtypes[v->array->dtype].name, v->array->nbytes,
+            sw_py_dtypes[view_array(v)->dtype].name, view_array(v)->nbytes,
             (void *)(m.base ? m.base + m.offset : 0),
-            v->array->device->name);
+            view_array(v)->device->name);
     return PyUnicode_FromFormat(
         "<spillway.PinnedView %s %zu bytes, cl_mem %p + %zu on %U>",
-        sw_py_dtypes[v->array->dtype].name, v->array->nbytes, (void *)m.base,
-        m.offset, v->array->device->name);
+        sw_py_dtypes[view_array(v)->dtype].name, view_array(v)->nbytes, (void *)m.base,
+        m.offset, view_array(v)->device->name);
 }
 
 static PyMethodDef View_methods[] = {
@@ -550,8 +536,6 @@ static PyType_Slot View_slots[] = {
     {Py_tp_doc, "One array's memory inside a `with spillway.pinned(...)` "
                 "block: valid there only."},
     {Py_tp_dealloc, View_dealloc},
-    {Py_tp_traverse, View_traverse},
-    {Py_tp_clear, View_clear},
     {Py_tp_repr, View_repr},
     {Py_tp_methods, View_methods},
     {Py_tp_getset, View_getset},
@@ -561,8 +545,8 @@ static PyType_Slot View_slots[] = {
 static PyType_Spec View_spec = {
     .name = "spillway.PinnedView",
     .basicsize = sizeof(PinnedViewObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = View_slots,
 };
 

@@ -184,6 +184,19 @@ struct sw__buf {
     /* (base) Queues other than the default that used it since the default
      * queue last waited for them: bit k is queue id k (see sw__queue). */
     uint64_t qmask;
+    /* (base) Queues that waited, on the device, for the default queue's
+     * work on it (their first use: queue.c); cleared at the default
+     * queue's next use, after which they must wait again.  A subset of
+     * qmask's queues. */
+    uint64_t qsynced;
+    /* (base) Queues holding a pin on it (sw_launch_begin_q), qpins of
+     * them in all: while any does, the default queue's uses wait for
+     * those queues every time (more of their work may come before the
+     * pins end) and leave their qmask bits set. */
+    uint64_t qpinmask;
+    uint32_t qpins;
+    /* (base) Queues whose list of used buffers holds it (queue.c). */
+    uint64_t qlisted;
     uint64_t id; /* (base) unique for the process: snapshots, traces */
     /* (base) Copies of its data in flight (spill.c): the batch, and the
      * device's list of bases with one.  The host block is host_size bytes

@@ -244,18 +244,22 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
 }
 
 /* The warm path's pin of one argument: its base resident, not moving, not
- * held by another call's restore, with nothing to order (for the default
- * queue: no queue used it, qmask 0; for a queue: it did already, its bit
- * set, and no prefetch's copy in to wait for: qmask & qmask_bits ==
- * qmask_want); then pinned, used at `clock`, and its pointer written.
+ * held by another call's restore, with nothing to order -- for the default
+ * queue (q_bit 0): no queue used it (qmask 0, qsynced with it); for a
+ * queue (q_bit its bit): that queue waited for the default queue's work on
+ * it already and is marked as using it, and no prefetch's copy in is left
+ * to wait for -- then pinned, used at `clock`, and its pointer written.
  * False (nothing done) for the general path. */
 static inline bool pin_warm(sw__buf *b, uint64_t clock, sw_devmem *p,
-                            uint64_t qmask_bits, uint64_t qmask_want)
+                            uint64_t q_bit)
 {
     sw__buf *base = b->base;
+    uint64_t m = base->qmask;
+    bool ordered = q_bit == 0 ? m == 0
+                              : (base->qsynced & q_bit) != 0 &&
+                                    (m & (q_bit | SW__QMASK_RESTORE)) == q_bit;
     if (__builtin_expect(base->state != SW_RESIDENT || base->moving ||
-                             base->hold_host ||
-                             (base->qmask & qmask_bits) != qmask_want,
+                             base->hold_host || !ordered,
                          0))
         return false;
     base->pins++;
@@ -281,8 +285,7 @@ int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
     size_t i = 0;
     if (q == NULL && ptrs != NULL) {
         uint64_t clock = dev->clock;
-        for (; i < n && pin_warm(bufs[i], clock + 1, &ptrs[i], UINT64_MAX, 0);
-             i++)
+        for (; i < n && pin_warm(bufs[i], clock + 1, &ptrs[i], 0); i++)
             clock++;
         dev->clock = clock;
         if (__builtin_expect(i == n, 1))
@@ -397,7 +400,7 @@ static inline last_begin_t *last_begin(void)
  * argument were ~25 of them (callgrind). */
 static size_t memo_pin_locked(sw_device *dev, const last_begin_t *last,
                               sw_buffer *const *h, size_t n, sw_devmem *ptrs,
-                              uint64_t qmask_bits, uint64_t qmask_want)
+                              uint64_t q_bit)
 {
     if (last->memo != dev || last->n != n)
         return 0;
@@ -406,7 +409,7 @@ static size_t memo_pin_locked(sw_device *dev, const last_begin_t *last,
     for (i = 0; i < n; i++) {
         sw__buf *b = last->b[i];
         if (h[i] != last->h[i] || !sw__handle_matches(&b->h, h[i]) ||
-            !pin_warm(b, clock + 1, &ptrs[i], qmask_bits, qmask_want))
+            !pin_warm(b, clock + 1, &ptrs[i], q_bit))
             break;
         clock++;
     }
@@ -436,7 +439,7 @@ SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
     }
     last_begin_t *last = last_begin();
     if (n <= ARGS_ON_STACK && n > 0 &&
-        memo_pin_locked(dev, last, bufs, n, ptrs, UINT64_MAX, 0) == n) {
+        memo_pin_locked(dev, last, bufs, n, ptrs, 0) == n) {
         last->dev = dev;
         last->q = NULL;
         last->bufs = bufs;
@@ -572,11 +575,33 @@ static int begin_host_locked(sw_device *dev, sw__buf *const *v, size_t n,
         if (rc == SW_OK && base->hold_host)
             sw__hold_end_locked(dev, base);
     }
-    if (rc == SW_OK)
+    /* Everything queued on the buffers is behind the default queue now
+     * (restores' copies and other queues' work included, through device
+     * waits on it): nothing queued there, nothing to wait for. */
+    if (rc == SW_OK && !sw__b_queue_idle(dev, dev->q))
         rc = sw__wait_idle_locked(dev);
     if (rc != SW_OK)
         unpin_all_locked(dev, v, n);
     return rc;
+}
+
+/* The pins of sw_launch_begin_q for the queue of bit, counted on each
+ * base (each occurrence: duplicates are pinned twice). */
+static inline void queue_pins_locked(sw__buf *const *v, size_t n,
+                                     uint64_t bit)
+{
+    for (size_t i = 0; i < n; i++) {
+        sw__buf *base = v[i]->base;
+        base->qpins++;
+        base->qpinmask |= bit;
+    }
+}
+
+/* ... and their end: the last pin of any queue clears the mask. */
+static inline void queue_unpin(sw__buf *base)
+{
+    if (base->qpins > 0 && --base->qpins == 0)
+        base->qpinmask = 0;
 }
 
 SW_API int sw_launch_begin_q(sw_queue *qh, sw_buffer *const *bufs, size_t n,
@@ -612,8 +637,8 @@ SW_API int sw_launch_begin_q(sw_queue *qh, sw_buffer *const *bufs, size_t n,
     /* The warm path: every argument resident and q already ordered after
      * its earlier work (its bit set, no prefetch's copy in to wait for). */
     if (q != NULL && n <= ARGS_ON_STACK && n > 0 &&
-        memo_pin_locked(dev, last, bufs, n, ptrs, bit | SW__QMASK_RESTORE,
-                        bit) == n) {
+        memo_pin_locked(dev, last, bufs, n, ptrs, bit) == n) {
+        queue_pins_locked(last->b, n, bit);
         last->dev = dev;
         last->q = q;
         last->bufs = bufs;
@@ -628,12 +653,12 @@ SW_API int sw_launch_begin_q(sw_queue *qh, sw_buffer *const *bufs, size_t n,
         } else {
             uint64_t clock = dev->clock;
             size_t i = 0;
-            for (; i < n && pin_warm(a.v[i], clock + 1, &ptrs[i],
-                                     bit | SW__QMASK_RESTORE, bit);
-                 i++)
+            for (; i < n && pin_warm(a.v[i], clock + 1, &ptrs[i], bit); i++)
                 clock++;
             dev->clock = clock;
             rc = i == n ? SW_OK : pin_rest_locked(dev, q, a.v, n, ptrs, i);
+            if (rc == SW_OK)
+                queue_pins_locked(a.v, n, bit);
         }
         if (rc == SW_OK && n <= ARGS_ON_STACK) {
             last->dev = dev;
@@ -697,6 +722,10 @@ SW_API int sw_launch_end_q(sw_queue *qh, sw_buffer *const *bufs, size_t n)
                 dead |= !sw__slot_live(&base->h);
         }
         if (__builtin_expect(i == n, 1)) {
+            /* (A queue's pins: its mark stays set for the stream order of
+             * what it queued, the pin's count goes.) */
+            for (size_t j = 0; q != NULL && j < n; j++)
+                queue_unpin(last->b[j]->base);
             dev->clock = clock;
             if (dead) {
                 for (size_t j = 0; j < n; j++)
@@ -732,8 +761,10 @@ SW_API int sw_launch_end_q(sw_queue *qh, sw_buffer *const *bufs, size_t n)
     /* q's work on them, queued before now, is what later spills, frees,
      * reuses and host transfers must wait for: q's mark on each says so
      * (sw__order_use_locked then makes the default queue wait for q). */
-    for (size_t i = 0; q != NULL && i < n; i++)
+    for (size_t i = 0; q != NULL && i < n; i++) {
+        queue_unpin(a.v[i]->base);
         sw__queue_mark_used_locked(q, a.v[i]->base);
+    }
     unpin_all_locked(dev, a.v, n);
     args_free(&a);
     sw__unlock(dev);

@@ -565,6 +565,14 @@ static bool queue_idle(sw__queue *q)
  * death used to walk them all under the lock.  Without that list (no host
  * memory to grow it), or for the id shared by queues past the 62nd, every
  * live buffer is visited, as before. */
+static void forget_bit(sw__buf *b, uint64_t bit)
+{
+    b->qmask &= ~bit;
+    b->qsynced &= ~bit;
+    b->qpinmask &= ~bit;
+    b->qlisted &= ~bit;
+}
+
 static void forget_qid_locked(sw_device *dev, sw__queue *dead)
 {
     int id = dead->id;
@@ -575,16 +583,16 @@ static void forget_qid_locked(sw_device *dev, sw__queue *dead)
                 if (q->id == SW__QID_SHARED)
                     return; /* still stands for a live queue */
         for (sw__buf *b = dev->live; b; b = b->live_next)
-            b->qmask &= ~bit;
+            forget_bit(b, bit);
         for (sw__buf *b = dev->parked; b; b = b->live_next)
-            b->qmask &= ~bit;
+            forget_bit(b, bit);
     } else {
         for (size_t i = 0; i < dead->nused; i++) {
             sw__buf *b = dead->used[i].b;
             /* Type-stable slots: a freed one is harmless to write, and a
              * reused one has another id. */
             if (b->id == dead->used[i].id)
-                b->qmask &= ~bit;
+                forget_bit(b, bit);
         }
     }
     dev->qids &= ~bit;
@@ -674,7 +682,7 @@ int sw__order_use_locked(sw_device *dev, sw__buf *base, sw__queue *q)
             return rc;
     }
     if (q == NULL) {
-        if (base->qmask == 0)
+        if (base->qmask == 0) /* (qsynced is part of it) */
             return SW_OK;
         for (sw__queue *o = dev->queues; o; o = o->next) {
             if (!(base->qmask & (UINT64_C(1) << o->id)))
@@ -683,15 +691,21 @@ int sw__order_use_locked(sw_device *dev, sw__buf *base, sw__queue *q)
             if (rc != SW_OK)
                 return rc;
         }
-        base->qmask = 0;
+        /* Every queue must wait for this use before its next; the
+         * queues holding pins on it keep their marks (sw_launch_begin_q:
+         * more of their work may come before the pins end, which the
+         * default queue's later uses must wait for too). */
+        base->qmask &= base->qpinmask;
+        base->qsynced = 0;
         return SW_OK;
     }
     uint64_t bit = UINT64_C(1) << q->id;
-    if (base->qmask & bit)
-        return SW_OK;
-    int rc = sw__b_queue_wait(dev, q->bq, dev->q);
-    if (rc != SW_OK)
-        return rc;
+    if (!(base->qsynced & bit)) {
+        int rc = sw__b_queue_wait(dev, q->bq, dev->q);
+        if (rc != SW_OK)
+            return rc;
+        base->qsynced |= bit;
+    }
     sw__queue_mark_used_locked(q, base);
     return SW_OK;
 }
@@ -699,10 +713,12 @@ int sw__order_use_locked(sw_device *dev, sw__buf *base, sw__queue *q)
 void sw__queue_mark_used_locked(sw__queue *q, sw__buf *base)
 {
     uint64_t bit = UINT64_C(1) << q->id;
-    if (base->qmask & bit)
-        return;
     base->qmask |= bit;
-    /* Remember it, for forget_qid_locked when q dies. */
+    if (base->qlisted & bit)
+        return;
+    base->qlisted |= bit;
+    /* Remember it, for forget_qid_locked when q dies: once per buffer
+     * (qlisted), however often its marks come and go. */
     if (!q->used_all && q->nused == q->capused) {
         size_t cap = q->capused ? 2 * q->capused : 16;
         sw__quse *v = sw__realloc(q->used, cap * sizeof *v);

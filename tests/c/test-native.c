@@ -111,6 +111,38 @@ TEST(native_pin_on_queue_orders_later_spill)
     free(got);
 }
 
+/* Inside the pin, host reads wait for the queue's work too, every time:
+ * the first read's wait does not end the queue's claim (more of its work
+ * may come before the end, as here).  Before, it did: the second read ran
+ * at once, beside the queue's kernel. */
+TEST(native_pin_reads_inside_wait_for_the_queue)
+{
+    sw_device *dev = test_device();
+    const size_t n = MiB(16) / 4;
+    sw_queue *q = NULL;
+    ASSERT_OK(sw_queue_create(dev, &q));
+    for (int round = 0; round < 3; round++) {
+        sw_buffer *a = test_alloc(dev, n * 4, "a");
+        sw_devmem p;
+        ASSERT_OK(sw_launch_begin_q(q, &a, 1, &p));
+        sw_kernel_args f = {.kernel = SW_KERNEL_FILL, .dtype = SW_INT32,
+                            .n = n, .out = p, .alpha = {.i = 1}};
+        ASSERT_OK(sw_launch_kernel_q(q, &f));
+        int32_t x = 0;
+        ASSERT_OK(sw_buffer_read(a, 4 * (n - 1), &x, 4));
+        ASSERT_EQ(x, 1);
+        sw_kernel_args k = {.kernel = SW_KERNEL_SCALE, .dtype = SW_INT32,
+                            .n = n, .out = p, .a = p, .alpha = {.i = 3}};
+        for (int i = 0; i < 4; i++)
+            ASSERT_OK(sw_launch_kernel_q(q, &k));
+        ASSERT_OK(sw_buffer_read(a, 4 * (n - 1), &x, 4));
+        ASSERT_EQ(x, 81);
+        ASSERT_OK(sw_launch_end_q(q, &a, 1));
+        ASSERT_OK(sw_buffer_free(a));
+    }
+    ASSERT_OK(sw_queue_release(q));
+}
+
 /* The same for a free: memory freed right after the end goes to the next
  * allocation, whose writes must come after q's kernel. */
 TEST(native_pin_on_queue_orders_reuse)

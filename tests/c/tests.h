@@ -43,6 +43,7 @@
     /* test-native.c */                                                       \
     X(native_pin_on_queue_orders_later_spill)                                 \
     X(native_pin_on_queue_orders_reuse)                                       \
+    X(native_pin_reads_inside_wait_for_the_queue)                             \
     X(native_pin_host_waits_for_queued_work)                                  \
     X(native_pin_restores)                                                    \
     X(native_pin_nested_and_duplicates)                                       \

@@ -135,6 +135,11 @@ int fz_new_buf(fz_engine *e, sw_buffer *h, int a, size_t off, size_t size,
 
 void fz_remember_dead(fz_engine *e, int kind, void *h)
 {
+    /* A queue a launch record pinned for holds a reference of its own
+     * (ops_launch.c): it dies with the record's end. */
+    for (int l = 0; kind == 2 && l < FZ_NLAUNCH; l++)
+        if (e->launch[l].live && e->launch[l].qh == h)
+            return;
     unsigned k = e->dead_n[kind]++ % FZ_NDEAD;
     switch (kind) {
     case 0: e->dead_buf[k] = h; break;

@@ -245,6 +245,12 @@ typedef struct fz_lease {
 typedef struct fz_launch {
     bool live;
     int devi;
+    /* How it was pinned: FZ_PIN_DEFAULT (sw_launch_begin), FZ_PIN_HOST
+     * (sw_launch_begin_q(NULL)), or a queue index (sw_launch_begin_q on
+     * it, whose handle qh the launch holds a reference of its own to). */
+    int mode;
+    sw_queue *qh;
+    int begin_step;
     int n;
     int slot[FZ_LAUNCH_ARGS];
     sw_buffer *h[FZ_LAUNCH_ARGS];
@@ -478,6 +484,10 @@ void fz_check_light(fz_engine *e);
  * handles: wait for another queue that used them in this burst (reading
  * or writing: one of them may write), as a caller must. */
 void fz_order_before(fz_engine *e, int devi, int q, const int *slots, int n);
+#define FZ_PIN_DEFAULT (-1)
+#define FZ_PIN_HOST (-2)
+/* End a launch record's pins as it was begun (step.c's cleanup too). */
+int fz_launch_end(fz_engine *e, fz_launch *ln);
 /* q for fz_order_before of a raw launch (any queue): wait for every other
  * queue that used them. */
 #define FZ_RAW_LAUNCH (-2)

@@ -5,6 +5,13 @@
  * core cannot order raw device memory for us), sw_launch_end unpins.
  * Pinned memory never moves: every raw launch first checks each argument's
  * device pointer is still the one sw_launch_begin gave.
+ *
+ * The queue-taking pins too (sw_launch_begin_q / _end_q): pinned for a
+ * queue, the raw kernels run there with no wait before or after -- the
+ * begin ordered the queue after the buffers' earlier work, and the end
+ * orders every later use after the queue's -- which is what is checked
+ * (the next full check reads the bytes); pinned for the host (q NULL), the
+ * memory holds the shadow's bytes at once on a host-addressable device.
  */
 #include "model.h"
 
@@ -45,11 +52,26 @@ static bool op_begin(fz_engine *e, fz_src *s)
     fz_note(e, "launch_begin %d args on %s: %d %d %d %d", n,
             e->w->spec[devi], ln->slot[0], n > 1 ? ln->slot[1] : -1,
             n > 2 ? ln->slot[2] : -1, n > 3 ? ln->slot[3] : -1);
+    uint8_t how = fz_u8(s);
+    int mode = how < 150 ? FZ_PIN_DEFAULT
+               : how < 220 ? fz_pick_queue(e, s, devi)
+                           : FZ_PIN_HOST;
+    if (mode == -1)
+        mode = FZ_PIN_DEFAULT; /* no queue to pin for */
+    sw_queue *qh = mode >= 0 ? e->queue[devi][mode].q : NULL;
+    fz_note_more(e, " %s", mode == FZ_PIN_DEFAULT ? ""
+                           : mode == FZ_PIN_HOST  ? "(for the host)"
+                                                  : "(for a queue)");
     sw_devmem ptr[FZ_LAUNCH_ARGS];
     memset(ptr, 0x5A, sizeof ptr);
-    int rc = sw_launch_begin(e->w->dev[devi], ln->h, (size_t)n, ptr);
-    if (!fz_result(e, "sw_launch_begin", rc, fz_expect_for(e, ln->slot, n),
-                   0, NULL)) {
+    if (mode != FZ_PIN_DEFAULT)
+        fz_order_before(e, devi, mode >= 0 ? mode : -1, ln->slot, n);
+    int rc = mode == FZ_PIN_DEFAULT
+                 ? sw_launch_begin(e->w->dev[devi], ln->h, (size_t)n, ptr)
+                 : sw_launch_begin_q(qh, ln->h, (size_t)n, ptr);
+    if (!fz_result(e, mode == FZ_PIN_DEFAULT ? "sw_launch_begin"
+                                             : "sw_launch_begin_q",
+                   rc, fz_expect_for(e, ln->slot, n), 0, NULL)) {
         for (int k = 0; k < n; k++)
             if (ptr[k].base != 0 || ptr[k].offset != 0)
                 fz_fail(e->w, e, "a failed sw_launch_begin left ptrs[%d] "
@@ -59,6 +81,12 @@ static bool op_begin(fz_engine *e, fz_src *s)
     ln->live = true;
     ln->devi = devi;
     ln->n = n;
+    ln->mode = mode;
+    ln->qh = qh;
+    ln->begin_step = e->step;
+    if (qh != NULL && sw_queue_retain(qh) != SW_OK)
+        fz_fail(e->w, e, "sw_queue_retain of a live queue: %s",
+                sw_last_error());
     memcpy(ln->ptr, ptr, sizeof ptr);
     for (int k = 0; k < n; k++) {
         e->buf[ln->slot[k]].launch_uses++;
@@ -66,11 +94,49 @@ static bool op_begin(fz_engine *e, fz_src *s)
     }
     for (int k = 0; k < n; k++) {
         fz_expect_resident(e, ln->slot[k], "sw_launch_begin");
+        /* The host's pin waited for the work on them: the bytes are
+         * there (where the host can address them). */
         if (!e->w->threaded)
             fz_check_devmem(e, ln->slot[k], ptr[k], "sw_launch_begin",
-                            false);
+                            mode == FZ_PIN_HOST);
     }
+    if (mode >= 0)
+        fz_order_after(e, devi, mode, ln->slot, n);
     return true;
+}
+
+int fz_launch_end(fz_engine *e, fz_launch *ln)
+{
+    int rc;
+    if (ln->mode == FZ_PIN_DEFAULT) {
+        rc = sw_launch_end(e->w->dev[ln->devi], ln->h, (size_t)ln->n);
+    } else {
+        /* The host's pin: its raw launches (on the default queue) are
+         * the caller's to finish before the end. */
+        if (ln->mode == FZ_PIN_HOST &&
+            (rc = fz_sync_device(e, e->w->dev[ln->devi])) != SW_OK)
+            fz_fail(e->w, e, "sw_device_synchronize before a host pin's "
+                    "end: %s", fz_err(rc));
+        rc = sw_launch_end_q(ln->qh, ln->h, (size_t)ln->n);
+        sw_queue *qh = ln->qh;
+        ln->qh = NULL;
+        if (qh != NULL) {
+            int r2 = sw_queue_release(qh);
+            if (r2 != SW_OK)
+                fz_fail(e->w, e, "releasing a pinned launch's queue: %s",
+                        fz_err(r2));
+            /* Its last reference, if the model let go of its own. */
+            bool held = false;
+            for (int q = 0; q < FZ_NQUEUE; q++)
+                held |= e->queue[ln->devi][q].live &&
+                        e->queue[ln->devi][q].q == qh;
+            for (int l = 0; l < FZ_NLAUNCH; l++)
+                held |= e->launch[l].live && e->launch[l].qh == qh;
+            if (!held)
+                fz_remember_dead(e, 2, qh);
+        }
+    }
+    return rc;
 }
 
 static bool misaligned(sw_devmem m, size_t es)
@@ -165,6 +231,8 @@ static bool op_kernel(fz_engine *e, fz_src *s)
             bad = misaligned(args.a, es);
     }
     int q = fz_u8(s) < 64 ? fz_pick_queue(e, s, ln->devi) : -1;
+    if (ln->mode >= 0)
+        q = ln->mode; /* a queue's pin: its kernels run there */
     fz_snapshot snap;
     if (bad)
         fz_snapshot_take(e, &snap);
@@ -178,7 +246,17 @@ static bool op_kernel(fz_engine *e, fz_src *s)
     if (!bad)
         fz_order_before(e, ln->devi, FZ_RAW_LAUNCH, ln->slot, ln->n);
     int rc;
-    if (q >= 0) {
+    if (ln->mode >= 0) {
+        /* Pinned for this queue: the begin ordered it after the work
+         * queued on the buffers before it, and the end will order their
+         * later uses after it; what the default queue did to them since
+         * the begin (a burst's steps in between) is the caller's to wait
+         * for. */
+        if (!bad && e->in_flight && e->step != ln->begin_step + 1 &&
+            (rc = fz_sync_device(e, e->w->dev[ln->devi])) != SW_OK)
+            fz_fail(e->w, e, "sw_device_synchronize: %s", fz_err(rc));
+        rc = sw_launch_kernel_q(ln->qh, &args);
+    } else if (q >= 0) {
         /* ... and so is the default queue's, for a launch on a queue. */
         sw_queue *qh = e->queue[ln->devi][q].q;
         if (!bad && (rc = fz_sync_device(e, e->w->dev[ln->devi])) != SW_OK)
@@ -197,7 +275,8 @@ static bool op_kernel(fz_engine *e, fz_src *s)
                    nodtype ? SW_ERR_DTYPE : SW_ERR_INVALID_ARG,
                    bad ? &snap : NULL))
         return true;
-    fz_order_after(e, ln->devi, -1, ln->slot, ln->n);
+    fz_order_after(e, ln->devi, ln->mode >= 0 ? ln->mode : -1, ln->slot,
+                   ln->n);
     if (q < 0 && e->burst_left > 0)
         for (int j = 0; j < ln->n; j++) {
             size_t rj;
@@ -229,7 +308,7 @@ static bool op_end(fz_engine *e, fz_src *s)
         return false;
     fz_launch *ln = &e->launch[l];
     fz_note(e, "launch_end of launch %d", l);
-    int rc = sw_launch_end(e->w->dev[ln->devi], ln->h, (size_t)ln->n);
+    int rc = fz_launch_end(e, ln);
     fz_result(e, "sw_launch_end", rc, FZ_OK, 0, NULL);
     ln->live = false;
     for (int k = 0; k < ln->n; k++) {

@@ -184,8 +184,7 @@ void fz_engine_cleanup(fz_engine *e)
         fz_launch *ln = &e->launch[l];
         if (!ln->live)
             continue;
-        expect_ok(e, "sw_launch_end", sw_launch_end(e->w->dev[ln->devi],
-                                                    ln->h, (size_t)ln->n));
+        expect_ok(e, "sw_launch_end", fz_launch_end(e, ln));
         for (int k = 0; k < ln->n; k++) {
             e->buf[ln->slot[k]].launch_uses--;
             e->alloc[e->buf[ln->slot[k]].alloc].pins--;
