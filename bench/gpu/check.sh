@@ -28,6 +28,11 @@
 #   torch-cyc  the torch-spyre scenario: tensors held by reference cycles
 #   cupy-cyc   under a 2 GiB limit, with the framework's allocator (OOM
 #              expected) and with spillway's plug-in (completes)
+#   pinned-cupy, pinned-numba
+#              CuPy's and Numba's own kernels on spillway.pinned views
+#              (__cuda_array_interface__, on spillway's queue's stream) in
+#              an 8-layer pipeline under a quarter budget, checked against
+#              NumPy (bench/gpu/plugin_bench.py pinned)
 #   torch-lat  torch.empty through spillway's plug-in
 #   python     the Python suite against cuda:0, when the build made the module
 #              and this Python has pytest
@@ -487,13 +492,22 @@ if ((GPU)) && ((HAVE_PYMOD)) && [[ -n $PYB ]]; then
         fi
     done
 
+    # Issue 25: CuPy's and Numba's own kernels on pinned views.
+    for fw in cupy numba; do
+        run_step "pinned-$fw" 60 "${PYENV[@]}" "$PYB" bench/gpu/plugin_bench.py pinned "$fw"
+        collect "$LOGS/pinned-$fw.log"
+        n=$(grep -m1 '^NOTE ' "$LOGS/pinned-$fw.log" | sed 's/^NOTE //' || true)
+        record "pinned-$fw" "$([[ -n $n ]] && echo SKIP || echo "$STATUS")" "$SECS" \
+            "${n:-results ${RES[${fw}_pinned_ok]:-?}, ${RES[${fw}_pinned_spills]:-?} spills, ${RES[${fw}_pinned_ms]:-?} ms}"
+    done
+
     run_step torch-lat 40 "${PYENV[@]}" "$PYB" bench/gpu/plugin_bench.py latency torch-spillway
     collect "$LOGS/torch-lat.log"
     n=$(grep -m1 '^NOTE ' "$LOGS/torch-lat.log" | sed 's/^NOTE //' || true)
     record torch-lat "$([[ -n $n ]] && echo SKIP || echo "$STATUS")" "$SECS" \
         "${n:-${RES[torch_spillway_empty_ns]:-?} ns per torch.empty}"
 else
-    for s in wait-cpu managed plugins torch-cyc cupy-cyc torch-lat; do
+    for s in wait-cpu managed plugins torch-cyc cupy-cyc pinned-cupy pinned-numba torch-lat; do
         record "$s" SKIP 0 "no $SPEC, no Python module, or no numpy"
     done
 fi
