@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fuzz-campaign.sh [SECONDS_EACH] [JOBS] -- the model-based fuzzer across
+# fuzz-campaign.sh [SECONDS_EACH] [JOBS] [NAMES] -- the model-based fuzzer across
 # every device and variant this machine has, each for SECONDS_EACH (default
 # 300) of wall time, JOBS at once (default 2), with fixed seeds; then a
 # table of what each ran (inputs, steps, checks, spills, faults, CPU
@@ -29,9 +29,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 each=${1:-300}
 jobs=${2:-2}
+only=${3:-} # a comma-separated list of configurations to run (default: all)
 out=build/fuzz-campaign
 mkdir -p "$out/artifacts"
-rm -f "$out"/*.log "$out"/*.rc "$out"/*.cpu
+[[ -n "$only" ]] || rm -f "$out"/*.log "$out"/*.rc "$out"/*.cpu
 
 supp=$PWD/tests/sanitizers/lsan-pocl.supp
 tls=intercept_tls_get_addr=0
@@ -100,6 +101,13 @@ run_one() { # index
     echo "fuzz-campaign: $name done ($(($(date +%s) - t0)) s, exit $rc)"
 }
 
+if [[ -n "$only" ]]; then
+    keep=()
+    for c in "${configs[@]}"; do
+        [[ ",$only," == *",${c%%|*},"* ]] && keep+=("$c")
+    done
+    configs=("${keep[@]}")
+fi
 echo "fuzz-campaign: ${#configs[@]} configurations, $each s each, $jobs at once"
 start=$(date +%s)
 running=0

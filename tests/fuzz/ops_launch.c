@@ -277,6 +277,16 @@ static bool op_kernel(fz_engine *e, fz_src *s)
         return true;
     fz_order_after(e, ln->devi, ln->mode >= 0 ? ln->mode : -1, ln->slot,
                    ln->n);
+    /* A queue's pin orders later uses of the same bases after the queue;
+     * memory reached through another base too (a wrap over an allocation,
+     * or the allocation under a wrap) is the caller's to order, as for any
+     * queue (fz_queue_done): wait for the queue. */
+    bool aliased = false;
+    for (int j = 0; ln->mode >= 0 && j < ln->n && !aliased; j++)
+        aliased = fz_aliased(e, e->buf[ln->slot[j]].alloc);
+    if (aliased && (rc = fz_sync_queue(e, ln->qh)) != SW_OK)
+        fz_fail(e->w, e, "sw_queue_synchronize after a launch on aliased "
+                "memory: %s", fz_err(rc));
     if (q < 0 && e->burst_left > 0)
         for (int j = 0; j < ln->n; j++) {
             size_t rj;
