@@ -35,14 +35,20 @@ PyObject *sw_py_array_wrap(sw_py_state *st, DeviceObject *d, sw_buffer *buf,
         memcpy(a->shape, shape, (size_t)ndim * sizeof(Py_ssize_t));
     sw_py_device_use(d);
     PyObject_GC_Track(a);
-    if (st->track != NULL) {
+    /* The test suite's list of new Arrays (testapi.c), swapped by another
+     * thread at any time: a reference of ours while appending. */
+    SW_PY_LOCK(&st->mu);
+    PyObject *track = Py_XNewRef(st->track);
+    SW_PY_UNLOCK(&st->mu);
+    if (track != NULL) {
         PyObject *wr = PyWeakref_NewRef((PyObject *)a, NULL);
-        if (wr == NULL || PyList_Append(st->track, wr) < 0) {
-            Py_XDECREF(wr);
+        int bad = wr == NULL || PyList_Append(track, wr) < 0;
+        Py_XDECREF(wr);
+        Py_DECREF(track);
+        if (bad) {
             Py_DECREF(a);
             return NULL;
         }
-        Py_DECREF(wr);
     }
     return (PyObject *)a;
 }
@@ -91,10 +97,12 @@ PyObject *sw_py_array_alloc(sw_py_state *st, DeviceObject *d, sw_dtype dt,
                             const char *tag)
 {
     sw_buffer *buf = NULL;
-    sw_device *dev = d->dev;
     size_t nbytes = nelem * sw_py_dtypes[dt].size;
     int rc;
-    sw_py_device_use(d); /* a close() meanwhile waits for this call */
+    /* Counted as a user: a close() meanwhile waits for this call. */
+    sw_device *dev = sw_py_device_try_use(d);
+    if (dev == NULL)
+        return sw_py_raise(st, SW_PY_CLOSED);
     NOGIL_ALLOC(rc, sw_buffer_alloc(dev, nbytes, tag, &buf));
     PyObject *r = rc == SW_OK
                       ? sw_py_array_wrap(st, d, buf, dt, ndim, shape, nelem)

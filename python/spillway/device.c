@@ -13,48 +13,62 @@
 
 #include <structmember.h>
 
-/* Stop collecting for this device and unregister the callback. */
-static void device_detach(DeviceObject *d)
+/* Stop collecting for this device and unregister the callback; with
+ * shutdown, drop our reference to the device too.  Either happens once,
+ * whichever thread gets there (close() and the last user's unuse may
+ * race): the callback id and the device are taken under life_mu, which is
+ * taken with the thread state released only, so that the library calls
+ * made under it never wait with the interpreter held.  A close that
+ * fails with SW_ERR_BUSY (a DLPack consumer still holds memory of it)
+ * leaves the device open for the rest of the process, which is harmless. */
+static void device_release(DeviceObject *d, int shutdown)
 {
     if (d->ctx != NULL)
         atomic_store(&d->ctx->alive, 0);
-    if (d->cb_id >= 0 && d->dev != NULL) {
-        sw_device *dev = d->dev;
-        int id = d->cb_id;
-        d->cb_id = -1;
-        NOGIL((void)sw_remove_pressure_callback(dev, id));
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&d->life_mu);
+    sw_device *dev = atomic_load(&d->dev);
+    if (d->cb_id >= 0 && dev != NULL)
+        (void)sw_remove_pressure_callback(dev, d->cb_id);
+    d->cb_id = -1;
+    if (shutdown && dev != NULL) {
+        atomic_store(&d->dev, NULL);
+        (void)sw_device_close(dev);
     }
-}
-
-/* Drop our reference to the device.  A close that fails with SW_ERR_BUSY
- * (a DLPack consumer still holds memory of it) leaves the device open for
- * the rest of the process, which is harmless. */
-static void device_shutdown(DeviceObject *d)
-{
-    device_detach(d);
-    sw_device *dev = d->dev;
-    d->dev = NULL;
-    if (dev != NULL)
-        NOGIL((void)sw_device_close(dev));
+    pthread_mutex_unlock(&d->life_mu);
+    Py_END_ALLOW_THREADS
 }
 
 void sw_py_device_unuse(DeviceObject *d)
 {
-    if (--d->users == 0 && d->closed)
-        device_shutdown(d);
+    if (atomic_fetch_sub(&d->users, 1) == 1 && atomic_load(&d->closed))
+        device_release(d, 1);
+}
+
+sw_device *sw_py_device_try_use(DeviceObject *d)
+{
+    /* Counted first, closed read after; Device.close sets closed first
+     * and reads the count after: one of the two sees the other. */
+    atomic_fetch_add(&d->users, 1);
+    sw_device *dev = atomic_load(&d->closed) ? NULL : atomic_load(&d->dev);
+    if (dev == NULL)
+        sw_py_device_unuse(d);
+    return dev;
 }
 
 int sw_py_device_check_open(DeviceObject *d)
 {
-    if (d->closed) {
+    if (atomic_load_explicit(&d->closed, memory_order_relaxed)) {
         PyErr_Format(PyExc_ValueError, "device %U is closed", d->name);
         return -1;
     }
     return 0;
 }
 
-/* A Device for a freshly opened dev (whose reference it takes), entered
- * in the module's table, with the pressure callback registered. */
+/* A Device for a freshly opened dev (whose reference it takes), complete
+ * (dtypes, the pressure callback registered) before it is entered in the
+ * module's table; another thread that entered one for the same name first
+ * wins, and ours goes (closing its reference).  New reference. */
 static DeviceObject *device_create(sw_py_state *st, sw_device *dev,
                                    PyObject *name)
 {
@@ -63,29 +77,34 @@ static DeviceObject *device_create(sw_py_state *st, sw_device *dev,
         NOGIL((void)sw_device_close(dev));
         return NULL;
     }
-    d->dev = dev;
+    atomic_init(&d->dev, dev);
     d->ctx = NULL;
     d->cb_id = -1;
-    d->closed = 0;
+    pthread_mutex_init(&d->life_mu, NULL);
+    atomic_init(&d->closed, 0);
     d->dtypes = 0;
-    d->users = 0;
+    d->host_addressable = 0;
+    atomic_init(&d->users, 0);
     d->name = Py_NewRef(name);
     d->description = NULL;
     d->weakreflist = NULL;
     PyObject_GC_Track(d);
     d->ctx = sw_py_ctx_new();
     d->description = PyUnicode_FromString(sw_device_description(dev));
-    if (d->ctx == NULL || d->description == NULL ||
-        PyDict_SetItem(st->devices, name, (PyObject *)d) < 0) {
+    if (d->ctx == NULL || d->description == NULL) {
         if (d->ctx == NULL)
             PyErr_NoMemory();
         Py_DECREF(d);
         return NULL;
     }
-    int rc, id = -1;
+    int rc, rc2, id = -1, yes = 0;
     uint32_t mask = 0;
-    NOGIL(rc = sw_device_dtypes(dev, &mask));
+    Py_BEGIN_ALLOW_THREADS
+    rc = sw_device_dtypes(dev, &mask);
+    rc2 = sw_device_host_addressable(dev, &yes);
+    Py_END_ALLOW_THREADS
     d->dtypes = rc == SW_OK ? mask : 0;
+    d->host_addressable = rc2 == SW_OK && yes;
     NOGIL(rc = sw_add_pressure_callback(dev, sw_py_gc_on_pressure, d->ctx,
                                         &id));
     if (rc != SW_OK) {
@@ -95,28 +114,41 @@ static DeviceObject *device_create(sw_py_state *st, sw_device *dev,
                              "arrays held only by reference cycles will "
                              "not be collected when memory runs short",
                              name, sw_last_error()) < 0) {
-            (void)PyDict_DelItem(st->devices, name);
             Py_DECREF(d);
             return NULL;
         }
     } else {
         d->cb_id = id;
     }
-    return d;
+    PyObject *have = sw_py_dict_setdefault_ref(st->devices, name,
+                                               (PyObject *)d);
+    Py_DECREF(d); /* the table's, or ours goes: another thread won */
+    return (DeviceObject *)have;
+}
+
+/* The default device as a new reference, or NULL (no exception). */
+static DeviceObject *default_device_ref(sw_py_state *st)
+{
+    SW_PY_LOCK(&st->mu);
+    PyObject *d = Py_XNewRef(st->default_device);
+    SW_PY_UNLOCK(&st->mu);
+    return (DeviceObject *)d;
 }
 
 DeviceObject *sw_py_device_lookup(sw_py_state *st, PyObject *spec)
 {
     if (!sw_py_state_alive(st))
         return NULL;
-    if (spec == NULL && st->default_device != NULL)
-        return (DeviceObject *)Py_NewRef(st->default_device);
-    if (spec != NULL) {
-        PyObject *d = PyDict_GetItemWithError(st->devices, spec);
+    if (spec == NULL) {
+        DeviceObject *d = default_device_ref(st);
         if (d != NULL)
-            return (DeviceObject *)Py_NewRef(d);
-        if (PyErr_Occurred())
-            return NULL;
+            return d;
+    }
+    if (spec != NULL) {
+        PyObject *d = NULL;
+        int r = sw_py_dict_get_ref(st->devices, spec, &d);
+        if (r != 0)
+            return (DeviceObject *)d; /* found, or an error */
     }
     const char *cspec = NULL;
     if (spec != NULL && (cspec = sw_py_utf8(spec, "a device spec")) == NULL)
@@ -136,19 +168,24 @@ DeviceObject *sw_py_device_lookup(sw_py_state *st, PyObject *spec)
         return NULL;
     }
     DeviceObject *d = NULL;
-    PyObject *have = PyDict_GetItemWithError(st->devices, name);
-    if (have != NULL) {
+    PyObject *have = NULL;
+    int r = sw_py_dict_get_ref(st->devices, name, &have);
+    if (r > 0) {
         /* Opened under another spelling ("sim"), or by a racing thread. */
         NOGIL((void)sw_device_close(dev));
-        d = (DeviceObject *)Py_NewRef(have);
-    } else if (!PyErr_Occurred()) {
+        d = (DeviceObject *)have;
+    } else if (r == 0) {
         d = device_create(st, dev, name);
     } else {
         NOGIL((void)sw_device_close(dev));
     }
     Py_DECREF(name);
-    if (d != NULL && spec == NULL && st->default_device == NULL)
-        st->default_device = Py_NewRef(d);
+    if (d != NULL && spec == NULL) {
+        SW_PY_LOCK(&st->mu);
+        if (st->default_device == NULL)
+            st->default_device = Py_NewRef(d);
+        SW_PY_UNLOCK(&st->mu);
+    }
     return d;
 }
 
@@ -203,7 +240,8 @@ static void Device_dealloc(DeviceObject *d)
     PyObject_GC_UnTrack(d);
     if (d->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)d);
-    device_shutdown(d);
+    device_release(d, 1);
+    pthread_mutex_destroy(&d->life_mu);
     sw_py_ctx_unref(d->ctx);
     d->ctx = NULL;
     Py_CLEAR(d->name);
@@ -215,7 +253,7 @@ static void Device_dealloc(DeviceObject *d)
 static PyObject *Device_repr(DeviceObject *d)
 {
     return PyUnicode_FromFormat("Device(%R%s)", d->name,
-                                d->closed ? ", closed" : "");
+                                atomic_load(&d->closed) ? ", closed" : "");
 }
 
 static PyObject *Device_str(DeviceObject *d) { return Py_NewRef(d->name); }
@@ -242,31 +280,39 @@ static PyObject *Device_richcompare(DeviceObject *d, PyObject *other, int op)
 
 static PyObject *Device_close(DeviceObject *d, PyObject *unused)
 {
-    if (d->closed)
-        Py_RETURN_NONE;
     sw_py_state *st = sw_py_type_state(Py_TYPE(d));
     if (st == NULL)
         return NULL;
-    d->closed = 1;
+    if (atomic_exchange(&d->closed, 1))
+        Py_RETURN_NONE; /* closed already, or by another thread now */
     Py_INCREF(d); /* the table may hold the last reference */
-    if (st->default_device == (PyObject *)d)
-        Py_CLEAR(st->default_device);
-    PyObject *cur = st->devices == NULL
-                        ? NULL
-                        : PyDict_GetItemWithError(st->devices, d->name);
-    if (cur == (PyObject *)d)
+    PyObject *was = NULL;
+    SW_PY_LOCK(&st->mu);
+    if (st->default_device == (PyObject *)d) {
+        was = st->default_device;
+        st->default_device = NULL;
+    }
+    SW_PY_UNLOCK(&st->mu);
+    Py_XDECREF(was);
+    PyObject *cur = NULL;
+    if (st->devices != NULL &&
+        sw_py_dict_get_ref(st->devices, d->name, &cur) > 0 &&
+        cur == (PyObject *)d)
         (void)PyDict_DelItem(st->devices, d->name);
+    Py_XDECREF(cur);
     PyErr_Clear(); /* a failed lookup changes nothing: it closes anyway */
-    device_detach(d);
-    if (d->users == 0)
-        device_shutdown(d);
+    device_release(d, 0);
+    /* Closed set first, the count read after (sw_py_device_try_use's
+     * mirror): with users left, the last of them closes it. */
+    if (atomic_load(&d->users) == 0)
+        device_release(d, 1);
     Py_DECREF(d);
     Py_RETURN_NONE;
 }
 
 static PyObject *Device_get_closed(DeviceObject *d, void *c)
 {
-    return PyBool_FromLong(d->closed);
+    return PyBool_FromLong(atomic_load(&d->closed));
 }
 
 /* The element types the device's kernels compute with, by NumPy name. */
@@ -476,10 +522,12 @@ static PyObject *mod_set_default_device(PyObject *m, PyObject *obj)
             return NULL;
         d = (DeviceObject *)obj;
     }
-    PyObject *prev =
-        st->default_device ? st->default_device : Py_NewRef(Py_None);
+    SW_PY_LOCK(&st->mu);
+    PyObject *prev = st->default_device;
     st->default_device = d ? Py_NewRef(d) : NULL;
-    return prev; /* the table's reference passes to the caller */
+    SW_PY_UNLOCK(&st->mu);
+    return prev ? prev : Py_NewRef(Py_None); /* the table's reference
+                                              * passes to the caller */
 }
 
 static PyMethodDef device_methods[] = {

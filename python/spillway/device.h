@@ -70,25 +70,40 @@ static inline void sw_py_ctx_unref(sw_py_devctx *c)
 
 typedef struct {
     PyObject_HEAD
-    sw_device *dev; /* our sw_device_open reference; NULL once closed */
+    /* Our sw_device_open reference; NULL once closed.  Read by any
+     * thread; taken (and the callback removed) under life_mu, which is
+     * only ever taken with the thread state released. */
+    _Atomic(sw_device *) dev;
     sw_py_devctx *ctx;
-    int cb_id;      /* pressure callback slot; -1 when none */
-    int closed;     /* close() was called */
+    int cb_id;      /* pressure callback slot; -1 when none (life_mu) */
+    pthread_mutex_t life_mu;
+    _Atomic int closed; /* close() was called (0 -> 1 once) */
     uint32_t dtypes; /* the kernels' dtypes (sw_device_dtypes), fixed
                       * while the device is open */
+    int host_addressable; /* sw_device_host_addressable, at open: asked
+                           * with the thread state released, as every
+                           * library call is */
     /* Arrays, open peak scopes, helper threads and calls in progress on
      * it: the device is really closed when close() was called and this
-     * drops to 0.  Changed with the GIL. */
-    Py_ssize_t users;
+     * drops to 0.  Changed from any thread: with `closed`, a Dekker pair
+     * (sw_py_device_try_use and Device.close, seq_cst), so that no call
+     * starts on a device being closed and the last user closes it. */
+    _Atomic Py_ssize_t users;
     PyObject *name;        /* str "sim:0" */
     PyObject *description; /* str */
     PyObject *weakreflist;
 } DeviceObject;
 
 /* Count a user of d / drop one (the last one of a closed device closes
- * it).  With the GIL. */
-static inline void sw_py_device_use(DeviceObject *d) { d->users++; }
+ * it).  sw_py_device_use is for a caller that holds a user already (an
+ * Array on d); sw_py_device_try_use for one that holds none: the device,
+ * or NULL (nothing counted) when it is closed or closing. */
+static inline void sw_py_device_use(DeviceObject *d)
+{
+    atomic_fetch_add(&d->users, 1);
+}
 void sw_py_device_unuse(DeviceObject *d);
+sw_device *sw_py_device_try_use(DeviceObject *d);
 
 /* -1 with ValueError when d was closed. */
 int sw_py_device_check_open(DeviceObject *d);
@@ -102,14 +117,17 @@ DeviceObject *sw_py_resolve_device(sw_py_state *st, PyObject *obj);
 
 /* A device call with the GIL released, the device counted as in use
  * meanwhile (so that a close() from another thread waits for it); the call
- * names the device dev_. */
+ * names the device dev_.  rc is SW_PY_CLOSED (sw_py_raise: ValueError)
+ * when the device was closed before it could start. */
 #define SW_PY_DEVICE_CALL(d, rc, call)                                        \
     do {                                                                      \
-        sw_device *dev_ = (d)->dev;                                           \
-        sw_py_device_use(d);                                                  \
-        (void)dev_;                                                           \
-        NOGIL(rc = (call));                                                   \
-        sw_py_device_unuse(d);                                                \
+        sw_device *dev_ = sw_py_device_try_use(d);                            \
+        if (dev_ == NULL) {                                                   \
+            rc = SW_PY_CLOSED;                                                \
+        } else {                                                              \
+            NOGIL(rc = (call));                                               \
+            sw_py_device_unuse(d);                                            \
+        }                                                                     \
     } while (0)
 
 /* stats.c: a budget as people write it -- bytes (an int), a size string

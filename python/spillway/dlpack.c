@@ -110,14 +110,14 @@ static void capsule_v1_dtor(PyObject *cap)
 }
 
 /* Whether the device's memory is a host address (the simulated device):
- * only then can NumPy import an export.  A quick query of the core, which
- * takes the device lock briefly and never waits for the device. */
+ * only then can NumPy import an export. */
 static int host_addressable(DeviceObject *d)
 {
-    int yes = 0;
-    if (d->dev == NULL || sw_device_host_addressable(d->dev, &yes) != SW_OK)
-        return 0;
-    return yes;
+    /* Asked at open (device.c), with the thread state released: asking
+     * here, with it held, took the device lock while attached -- a
+     * deadlock with a thread that holds the lock and waits for the
+     * interpreter (the memory history's callback). */
+    return d->host_addressable;
 }
 
 /* The DLPack device of a spillway device: host-addressable memory is

@@ -333,7 +333,11 @@ static PyObject *mod_set_oom_hook(PyObject *m, PyObject *hook)
     sw_py_state *st = sw_py_module_state(m);
     if (hook != Py_None && !PyCallable_Check(hook))
         return PyErr_Format(PyExc_TypeError, "the hook must be callable");
-    Py_XSETREF(st->oom_hook, hook == Py_None ? NULL : Py_NewRef(hook));
+    SW_PY_LOCK(&st->mu);
+    PyObject *old = st->oom_hook;
+    st->oom_hook = hook == Py_None ? NULL : Py_NewRef(hook);
+    SW_PY_UNLOCK(&st->mu);
+    Py_XDECREF(old);
     Py_RETURN_NONE;
 }
 

@@ -273,14 +273,18 @@ static PyObject *wrap_zero_copy(sw_py_state *st, DeviceObject *d, dl_in *in,
         return PyErr_NoMemory();
     }
     atomic_init(&x->refs, 1);
-    x->dev = d->dev;
     x->managed = in->managed;
     x->versioned = in->versioned;
     sw_buffer *buf = NULL;
-    sw_device *dev = d->dev;
-    int rc;
-    NOGIL(rc = sw_buffer_wrap(dev, mem, in->nbytes,
-                              tag ? tag : "dlpack import", &buf));
+    /* A user of d while the wrap is made: the Array counts as one after. */
+    sw_device *dev = sw_py_device_try_use(d);
+    x->dev = dev;
+    int rc = SW_PY_CLOSED;
+    if (dev != NULL) {
+        NOGIL(rc = sw_buffer_wrap(dev, mem, in->nbytes,
+                                  tag ? tag : "dlpack import", &buf));
+        sw_py_device_unuse(d);
+    }
     if (rc != SW_OK) {
         sw_py_raise(st, rc);
         sw_py_extmem_unref(x);

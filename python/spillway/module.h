@@ -49,6 +49,74 @@
 
 PyMODINIT_FUNC PyInit__spillway(void);
 
+/* ------------------------------------------------------------------------
+ * Free-threaded CPython (3.13t, Py_GIL_DISABLED)
+ *
+ * The module declares Py_MOD_GIL_NOT_USED: threads run it at once.  What
+ * the GIL used to serialise is protected by, in order of preference:
+ *  - immutability: an Array's, Queue's and Event's fields are set before
+ *    the object is published and never change;
+ *  - C11 atomics: counters (a Device's users, the live-object counts), the
+ *    one-way flags (a Device's closed), a pin's or peak scope's stage
+ *    (claimed with a compare-exchange before any library call);
+ *  - per-object critical sections (Py_BEGIN_CRITICAL_SECTION: a dict or
+ *    list being read item by item, a DLPack capsule consumed once), never
+ *    held across a call that releases the thread state (NOGIL), which
+ *    would end them;
+ *  - the module's mutex (sw_py_state.mu) for the module state's few
+ *    mutable fields, and leaf pthread mutexes where a library call must be
+ *    made under the lock (taken only with the thread state released).
+ * On GIL builds the critical sections and the module mutex cost nothing.
+ * The one lock order stays device lock -> interpreter: every library call
+ * is made with the thread state released (NOGIL), so no thread waits for
+ * a device lock while attached, and a stop-the-world pause never waits
+ * for one.
+ * ---------------------------------------------------------------------- */
+
+#if PY_VERSION_HEX < 0x030D0000
+#define Py_BEGIN_CRITICAL_SECTION(op) {
+#define Py_END_CRITICAL_SECTION() }
+#endif
+
+#ifdef Py_GIL_DISABLED
+typedef PyMutex sw_py_mutex;
+#define SW_PY_LOCK(m) PyMutex_Lock(m)
+#define SW_PY_UNLOCK(m) PyMutex_Unlock(m)
+#else
+typedef char sw_py_mutex; /* the GIL serialises */
+#define SW_PY_LOCK(m) ((void)(m))
+#define SW_PY_UNLOCK(m) ((void)(m))
+#endif
+
+/* A new reference to d[key] (1), or 0 when absent, -1 with an exception:
+ * no borrowed reference another thread's deletion could free. */
+static inline int sw_py_dict_get_ref(PyObject *d, PyObject *key,
+                                     PyObject **out)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyDict_GetItemRef(d, key, out);
+#else
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    *out = v ? Py_NewRef(v) : NULL;
+    return v ? 1 : PyErr_Occurred() ? -1 : 0;
+#endif
+}
+
+/* d.setdefault(key, value) as a new reference (the value that is there
+ * afterwards: value, or what another thread put first); NULL with an
+ * exception. */
+static inline PyObject *sw_py_dict_setdefault_ref(PyObject *d, PyObject *key,
+                                                  PyObject *value)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *r = NULL;
+    return PyDict_SetDefaultRef(d, key, value, &r) < 0 ? NULL : r;
+#else
+    PyObject *r = PyDict_SetDefault(d, key, value);
+    return r ? Py_NewRef(r) : NULL;
+#endif
+}
+
 /* Run a statement with the GIL released. */
 #define NOGIL(stmt)                                                           \
     do {                                                                      \
@@ -65,6 +133,8 @@ PyMODINIT_FUNC PyInit__spillway(void);
 
 /* A failure of this module's own (not the library's): no host memory. */
 #define SW_PY_NOMEM (-1000000)
+/* ... and: the device was closed meanwhile (SW_PY_DEVICE_CALL). */
+#define SW_PY_CLOSED (-1000001)
 
 /* ------------------------------------------------------------------------
  * Module state
@@ -97,8 +167,11 @@ typedef struct {
      * messages while tracebacks are recorded, or NULL (history.c). */
     PyObject *oom_hook;
     /* Live Queue, SequentialOrderManager and Event objects, for the test
-     * suite's leak checks (changed with the GIL). */
-    Py_ssize_t live_queues, live_managers, live_events;
+     * suite's leak checks (changed from any thread). */
+    _Atomic Py_ssize_t live_queues, live_managers, live_events;
+    /* Guards default_device, track and oom_hook (their reads take a
+     * reference under it). */
+    sw_py_mutex mu;
 } sw_py_state;
 
 static inline sw_py_state *sw_py_module_state(PyObject *m)

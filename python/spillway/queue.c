@@ -196,9 +196,12 @@ static PyObject *Queue_new(PyTypeObject *type, PyObject *args,
     DeviceObject *d = sw_py_resolve_device(st, arg);
     if (d == NULL)
         return NULL;
-    sw_device *dev = d->dev;
     sw_queue *q = NULL;
-    sw_py_device_use(d);
+    sw_device *dev = sw_py_device_try_use(d);
+    if (dev == NULL) {
+        Py_DECREF(d);
+        return sw_py_raise(st, SW_PY_CLOSED);
+    }
     NOGIL(rc = sw_queue_create(dev, &q));
     if (rc == SW_ERR_OOM) {
         /* Device memory is short, and this thread's managers of dead

@@ -40,8 +40,10 @@ static PyObject *api_open_devices(PyObject *module)
 static PyObject *api_swap_track(PyObject *module, PyObject *list)
 {
     sw_py_state *st = sw_py_module_state(module);
+    SW_PY_LOCK(&st->mu);
     PyObject *old = st->track;
     st->track = list;
+    SW_PY_UNLOCK(&st->mu);
     return old;
 }
 

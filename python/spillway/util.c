@@ -24,6 +24,12 @@ int64_t sw_py_now_ns(void)
  * "Errors"): never a crash, and the message is the library's detail. */
 PyObject *sw_py_raise_detail(sw_py_state *st, int rc, const char *detail)
 {
+    if (rc == SW_PY_CLOSED) {
+        PyErr_SetString(PyExc_ValueError,
+                        "the device was closed (Device.close(), from "
+                        "another thread) before this call could start");
+        return NULL;
+    }
     PyObject *exc;
     switch (rc) {
     case SW_ERR_OOM:
@@ -53,11 +59,18 @@ PyObject *sw_py_raise_detail(sw_py_state *st, int rc, const char *detail)
     if (exc == NULL) /* module state cleared at shutdown */
         exc = rc == SW_ERR_OOM || rc == SW_ERR_TOO_LARGE ? PyExc_MemoryError
                                                          : PyExc_RuntimeError;
-    if (detail != NULL && detail[0] != '\0' && rc == SW_ERR_OOM &&
-        st->oom_hook != NULL) {
-        /* The memory history's allocation sites (history.py); the
-         * library's message alone should that fail. */
-        PyObject *msg = PyObject_CallFunction(st->oom_hook, "s", detail);
+    /* The memory history's allocation sites (history.py); the library's
+     * message alone should that fail.  A reference of ours to the hook:
+     * another thread may replace it meanwhile. */
+    PyObject *hook = NULL;
+    if (detail != NULL && detail[0] != '\0' && rc == SW_ERR_OOM) {
+        SW_PY_LOCK(&st->mu);
+        hook = Py_XNewRef(st->oom_hook);
+        SW_PY_UNLOCK(&st->mu);
+    }
+    if (hook != NULL) {
+        PyObject *msg = PyObject_CallFunction(hook, "s", detail);
+        Py_DECREF(hook);
         if (msg != NULL && PyUnicode_Check(msg)) {
             PyErr_SetObject(exc, msg);
             Py_DECREF(msg);
