@@ -71,7 +71,7 @@ _devices = {}
 def device(index):
     """spillway's Device for the framework's device ``index``."""
     d = _devices.get(index)
-    if d is None:
+    if d is None or d.closed:  # closed by its user (Device.close())
         d = _spillway.Device(f"{backend()}:{index}")
         _devices[index] = d
     return d

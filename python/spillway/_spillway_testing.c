@@ -222,8 +222,10 @@ static PyObject *mod_start_c_thread(PyObject *m, PyObject *args,
     PyObject *d = st->api->resolve_device(st->spillway, dev_obj, &dev);
     if (d == NULL)
         return NULL;
+    /* d's use (resolve_device's) is the thread's, until it is joined. */
     cthread_job *j = calloc(1, sizeof *j);
     if (j == NULL) {
+        st->api->device_unuse(d);
         Py_DECREF(d);
         return PyErr_NoMemory();
     }
@@ -242,21 +244,25 @@ static PyObject *mod_start_c_thread(PyObject *m, PyObject *args,
     CThreadObject *t = PyObject_GC_New(CThreadObject, st->cthread_type);
     if (t == NULL) {
         cthread_job_free(j);
+        st->api->device_unuse(d);
         Py_DECREF(d);
         return NULL;
     }
-    t->job = NULL;
-    t->device = d;
-    PyObject_GC_Track(t);
     int e = pthread_create(&j->thread, NULL, cthread_main, j);
     if (e != 0) {
         cthread_job_free(j);
-        Py_DECREF(t);
+        st->api->device_unuse(d);
+        Py_DECREF(d);
+        t->job = NULL;
+        t->device = NULL;
+        Py_DECREF(t); /* never tracked, owns nothing */
         PyErr_Format(PyExc_RuntimeError, "pthread_create: %s", strerror(e));
         return NULL;
     }
+    /* Whole before the collector (another thread's) can see it. */
     t->job = j;
-    st->api->device_use(d);
+    t->device = d;
+    PyObject_GC_Track(t);
     return (PyObject *)t;
 }
 
@@ -274,11 +280,13 @@ static int cthread_wait(cthread_job *j, double timeout)
             break;
     }
     done = j->done;
-    pthread_mutex_unlock(&j->mu);
-    if (done && !j->joined) {
-        pthread_join(j->thread, NULL);
+    /* One joiner, however many threads wait at once. */
+    int join = done && !j->joined;
+    if (join)
         j->joined = 1;
-    }
+    pthread_mutex_unlock(&j->mu);
+    if (join)
+        pthread_join(j->thread, NULL);
     Py_END_ALLOW_THREADS
     return done;
 }
@@ -395,7 +403,6 @@ static PyObject *mod_inject_fault(PyObject *m, PyObject *args, PyObject *kwds)
     if (d == NULL)
         return NULL;
     int rc;
-    st->api->device_use(d);
     Py_BEGIN_ALLOW_THREADS
     rc = st->api->inject_fault(dev, fop, nth, persistent);
     Py_END_ALLOW_THREADS
@@ -455,13 +462,14 @@ static PyObject *mod_gc_stats(PyObject *m, PyObject *unused)
     sw_py_gc_stats s;
     get_state(m)->api->gc_stats(&s);
     return Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d}", "collections",
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d}", "collections",
         (unsigned long long)s.collections, "full",
         (unsigned long long)s.full, "young", (unsigned long long)s.young,
         "last_chance", (unsigned long long)s.last_chance, "fruitful",
         (unsigned long long)s.fruitful, "skipped_backoff",
         (unsigned long long)s.skipped_backoff, "skipped_shared",
-        (unsigned long long)s.skipped_shared, "backoff_left",
+        (unsigned long long)s.skipped_shared, "busy_retries",
+        (unsigned long long)s.busy_retries, "backoff_left",
         (double)s.backoff_left_ns / 1e9);
 }
 
@@ -610,7 +618,9 @@ static PyModuleDef_Slot testing_slots[] = {
     {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
 #endif
 #if PY_VERSION_HEX >= 0x030D0000
-    {Py_mod_gil, Py_MOD_GIL_USED},
+    /* Its state is set at import and read after; the C threads it starts
+     * never attach; their jobs are guarded by their own mutex. */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
 #endif
     {0, NULL},
 };

@@ -29,7 +29,17 @@ object_counts()
     {'queues', 'managers', 'events', 'host_tasks'}: live Queue,
     SequentialOrderManager and Event objects of spillway._spillway, and
     Python host tasks not yet finished (process-wide).
+collect()
+    gc.collect() that surely collects: gc.collect() does nothing while
+    another thread's collection runs (routine on free-threaded builds,
+    where any thread may be collecting; on GIL builds while a finalizer
+    released the GIL), so it is called again until a collection of this
+    call's own has run.  Returns what that one found.
 """
+
+import gc as _gc
+import threading as _threading
+import time as _time
 
 from ._spillway_testing import (
     gc_backoff,
@@ -44,6 +54,7 @@ from ._spillway_testing import (
 )
 
 __all__ = [
+    "collect",
     "gc_backoff",
     "gc_backoff_reset",
     "gc_stats",
@@ -54,3 +65,26 @@ __all__ = [
     "track_arrays",
     "wait_host_tasks",
 ]
+
+
+def collect(timeout=30.0):
+    me = _threading.get_ident()
+    ran = []
+
+    def phase(name, info):
+        if name == "start" and _threading.get_ident() == me:
+            ran.append(True)
+
+    _gc.callbacks.append(phase)
+    try:
+        deadline = _time.monotonic() + timeout
+        while True:
+            n = _gc.collect()
+            if ran:
+                return n
+            if _time.monotonic() > deadline:
+                raise TimeoutError("gc.collect() found another thread's "
+                                   f"collection running for {timeout} s")
+            _time.sleep(0.001)
+    finally:
+        _gc.callbacks.remove(phase)

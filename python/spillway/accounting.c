@@ -11,12 +11,21 @@
  * memory_peak(): a context manager over a peak scope
  * ---------------------------------------------------------------------- */
 
+/* A scope's life: created -> entering -> open -> closing -> closed, each
+ * step claimed with a compare-exchange, so that two threads entering (or
+ * leaving) one scope at once make one scope, and the loser gets an error
+ * (or nothing to do).  scope and peak are read and changed under mu, a
+ * leaf lock taken only with the thread state released: a thread reading
+ * .bytes while another leaves the block never reads a scope being ended. */
+enum { PEAK_NEW, PEAK_OPEN, PEAK_CLOSED, PEAK_ENTERING, PEAK_CLOSING };
+
 typedef struct {
     PyObject_HEAD
     DeviceObject *device;
-    sw_peak_scope *scope; /* while entered */
-    int stage;            /* 0 created, 1 entered, 2 exited */
-    uint64_t peak;        /* after exit */
+    _Atomic int stage;
+    pthread_mutex_t mu;
+    sw_peak_scope *scope; /* while open (mu) */
+    uint64_t peak;        /* once closed (mu; then fixed) */
 } PeakObject;
 
 static int Peak_traverse(PeakObject *p, visitproc visit, void *arg)
@@ -28,16 +37,19 @@ static int Peak_traverse(PeakObject *p, visitproc visit, void *arg)
 
 static void peak_end(PeakObject *p)
 {
-    if (p->stage == 1 && p->scope != NULL) {
-        sw_peak_scope *s = p->scope;
-        uint64_t peak = 0;
-        int rc;
-        p->scope = NULL;
-        NOGIL(rc = sw_peak_scope_end(s, &peak));
-        p->peak = rc == SW_OK ? peak : 0;
-        p->stage = 2;
-        sw_py_device_unuse(p->device);
-    }
+    int open = PEAK_OPEN;
+    if (!atomic_compare_exchange_strong(&p->stage, &open, PEAK_CLOSING))
+        return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&p->mu);
+    uint64_t peak = 0;
+    int rc = sw_peak_scope_end(p->scope, &peak);
+    p->scope = NULL;
+    p->peak = rc == SW_OK ? peak : 0;
+    pthread_mutex_unlock(&p->mu);
+    Py_END_ALLOW_THREADS
+    atomic_store(&p->stage, PEAK_CLOSED);
+    sw_py_device_unuse(p->device);
 }
 
 static void Peak_dealloc(PeakObject *p)
@@ -47,29 +59,44 @@ static void Peak_dealloc(PeakObject *p)
     if (p->device != NULL)
         peak_end(p);
     Py_CLEAR(p->device);
+    pthread_mutex_destroy(&p->mu);
     tp->tp_free((PyObject *)p);
     Py_DECREF(tp);
 }
 
 static PyObject *Peak_enter(PeakObject *p, PyObject *unused)
 {
-    if (p->stage != 0) {
+    sw_py_state *st = sw_py_type_state(Py_TYPE(p));
+    if (st == NULL)
+        return NULL;
+    int fresh = PEAK_NEW;
+    if (!atomic_compare_exchange_strong(&p->stage, &fresh, PEAK_ENTERING)) {
         PyErr_SetString(PyExc_RuntimeError,
                         "a memory_peak() scope can be entered only once");
         return NULL;
     }
-    sw_py_state *st = sw_py_type_state(Py_TYPE(p));
-    if (st == NULL || sw_py_device_check_open(p->device) < 0)
+    /* The device's use is the open scope's, dropped when it closes. */
+    sw_device *dev = sw_py_device_try_use(p->device);
+    if (dev == NULL) {
+        atomic_store(&p->stage, PEAK_NEW);
+        if (sw_py_device_check_open(p->device) == 0) /* closing */
+            sw_py_raise(st, SW_PY_CLOSED);
         return NULL;
-    sw_peak_scope *s = NULL;
-    sw_device *dev = p->device->dev;
+    }
     int rc;
-    NOGIL(rc = sw_peak_scope_begin(dev, &s));
-    if (rc != SW_OK)
-        return sw_py_raise(st, rc);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&p->mu);
+    sw_peak_scope *s = NULL;
+    rc = sw_peak_scope_begin(dev, &s);
     p->scope = s;
-    p->stage = 1;
-    sw_py_device_use(p->device);
+    pthread_mutex_unlock(&p->mu);
+    Py_END_ALLOW_THREADS
+    if (rc != SW_OK) {
+        sw_py_device_unuse(p->device);
+        atomic_store(&p->stage, PEAK_NEW); /* nothing changed */
+        return sw_py_raise(st, rc);
+    }
+    atomic_store(&p->stage, PEAK_OPEN);
     return Py_NewRef(p);
 }
 
@@ -81,14 +108,20 @@ static PyObject *Peak_exit(PeakObject *p, PyObject *args)
 
 static PyObject *Peak_get_bytes(PeakObject *p, void *c)
 {
-    if (p->stage == 0)
+    int stage = atomic_load(&p->stage);
+    if (stage == PEAK_NEW || stage == PEAK_ENTERING)
         Py_RETURN_NONE;
-    if (p->stage == 2)
-        return PyLong_FromUnsignedLongLong(p->peak);
-    sw_peak_scope *s = p->scope;
     uint64_t peak = 0;
-    int rc;
-    NOGIL(rc = sw_peak_scope_peak(s, &peak));
+    int rc = SW_OK;
+    /* Open or closing: the scope so far, or its final peak once ended. */
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&p->mu);
+    if (p->scope != NULL)
+        rc = sw_peak_scope_peak(p->scope, &peak);
+    else
+        peak = p->peak;
+    pthread_mutex_unlock(&p->mu);
+    Py_END_ALLOW_THREADS
     if (rc != SW_OK) {
         sw_py_state *st = sw_py_type_state(Py_TYPE(p));
         return st ? sw_py_raise(st, rc) : NULL;
@@ -103,13 +136,15 @@ static PyObject *Peak_get_device(PeakObject *p, void *c)
 
 static PyObject *Peak_repr(PeakObject *p)
 {
-    static const char *const stages[] = {"not entered", "open", "closed"};
-    if (p->stage == 2)
+    static const char *const stages[] = {"not entered", "open", "closed",
+                                         "entering", "closing"};
+    int stage = atomic_load(&p->stage);
+    if (stage == PEAK_CLOSED)
         return PyUnicode_FromFormat("memory_peak(%R, bytes=%llu)",
                                     p->device->name,
                                     (unsigned long long)p->peak);
     return PyUnicode_FromFormat("memory_peak(%R, %s)", p->device->name,
-                                stages[p->stage]);
+                                stages[stage]);
 }
 
 static PyMethodDef Peak_methods[] = {
@@ -354,7 +389,8 @@ static PyObject *mod_memory_peak(PyObject *m, PyObject *const *args,
     }
     p->device = d; /* takes the reference */
     p->scope = NULL;
-    p->stage = 0;
+    atomic_init(&p->stage, PEAK_NEW);
+    pthread_mutex_init(&p->mu, NULL);
     p->peak = 0;
     PyObject_GC_Track(p);
     return (PyObject *)p;

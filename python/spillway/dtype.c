@@ -62,9 +62,11 @@ int sw_py_dtype_setup(PyObject *m, sw_py_state *st)
 
 PyObject *sw_py_numpy(sw_py_state *st)
 {
-    if (st->numpy == NULL)
-        st->numpy = PyImport_ImportModule("numpy");
-    return st->numpy;
+    PyObject *np = sw_py_cache_load(&st->numpy);
+    if (np != NULL)
+        return np;
+    np = PyImport_ImportModule("numpy");
+    return np ? sw_py_cache_publish(&st->numpy, np) : NULL;
 }
 
 /* ml_dtypes' bfloat16 as a numpy.dtype, or None when it is not importable
@@ -92,20 +94,21 @@ static PyObject *bf16_dtype(sw_py_state *st)
 
 PyObject *sw_py_np_dtype(sw_py_state *st, sw_dtype dt)
 {
-    if (st->np_dtypes[dt] == NULL) {
+    PyObject *d = sw_py_cache_load(&st->np_dtypes[dt]);
+    if (d == NULL) {
         if (dt == SW_BFLOAT16) {
-            st->np_dtypes[dt] = bf16_dtype(st);
+            d = bf16_dtype(st);
         } else {
             PyObject *np = sw_py_numpy(st);
             if (np == NULL)
                 return NULL;
-            st->np_dtypes[dt] =
-                PyObject_CallMethod(np, "dtype", "s", sw_py_dtypes[dt].name);
+            d = PyObject_CallMethod(np, "dtype", "s", sw_py_dtypes[dt].name);
         }
-        if (st->np_dtypes[dt] == NULL)
+        if (d == NULL)
             return NULL;
+        d = sw_py_cache_publish(&st->np_dtypes[dt], d);
     }
-    if (st->np_dtypes[dt] == Py_None) {
+    if (d == Py_None) {
         PyErr_SetString(PyExc_TypeError,
                         "NumPy has no bfloat16: convert on the device side "
                         "first (a.astype('float32')), hand the array over "
@@ -114,13 +117,14 @@ PyObject *sw_py_np_dtype(sw_py_state *st, sw_dtype dt)
                         "reads and writes");
         return NULL;
     }
-    return st->np_dtypes[dt];
+    return d;
 }
 
 PyObject *sw_py_dtype_obj(sw_py_state *st, sw_dtype dt)
 {
     PyObject *d = sw_py_np_dtype(st, dt);
-    if (d == NULL && dt == SW_BFLOAT16 && st->np_dtypes[dt] == Py_None) {
+    if (d == NULL && dt == SW_BFLOAT16 &&
+        sw_py_cache_load(&st->np_dtypes[dt]) == Py_None) {
         PyErr_Clear();
         return PyUnicode_FromString("bfloat16");
     }
@@ -212,7 +216,7 @@ int sw_py_parse_dtype(sw_py_state *st, PyObject *obj, sw_dtype *out)
         return 0;
     }
     for (int i = 0; i < SW_DTYPE_COUNT; i++) {
-        if (obj == st->np_dtypes[i] && obj != Py_None) {
+        if (obj == sw_py_cache_load(&st->np_dtypes[i]) && obj != Py_None) {
             *out = (sw_dtype)i;
             return 0;
         }

@@ -65,6 +65,9 @@ static void on_event(const sw_trace_event *ev, void *user)
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *key = PyLong_FromUnsignedLongLong(ev->buffer);
     PyObject *frames = key ? frames_of_this_thread(h->max_frames) : NULL;
+    /* Insert-then-evict is one step for other threads (and PyDict_Next
+     * needs the dict held without the GIL). */
+    Py_BEGIN_CRITICAL_SECTION(h->stacks);
     if (frames != NULL && PyTuple_GET_SIZE(frames) > 0 &&
         PyDict_SetItem(h->stacks, key, frames) == 0 &&
         PyDict_GET_SIZE(h->stacks) > h->limit) {
@@ -77,6 +80,7 @@ static void on_event(const sw_trace_event *ev, void *user)
             Py_DECREF(k);
         }
     }
+    Py_END_CRITICAL_SECTION();
     Py_XDECREF(frames);
     Py_XDECREF(key);
     PyErr_Clear(); /* a traceback is never worth an allocation's failure */

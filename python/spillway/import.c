@@ -541,10 +541,16 @@ PyObject *sw_py_from_dlpack(sw_py_state *st, PyObject *obj, PyObject *device,
          * all) before anything is chosen. */
         dl_in peek;
         memset(&peek, 0, sizeof peek);
-        if (dl_in_read(obj, &peek) < 0)
+        int rc;
+        Py_BEGIN_CRITICAL_SECTION(obj); /* not consumed meanwhile */
+        rc = dl_in_read(obj, &peek);
+        if (rc == 0) {
+            ptype = (int)peek.t->device.device_type;
+            pid = (int)peek.t->device.device_id;
+        }
+        Py_END_CRITICAL_SECTION();
+        if (rc < 0)
             return NULL;
-        ptype = (int)peek.t->device.device_type;
-        pid = (int)peek.t->device.device_id;
     } else if (!PyObject_HasAttrString(obj, "__dlpack__")) {
         PyErr_Format(PyExc_TypeError,
                      "from_dlpack() needs an object with __dlpack__ (a "
@@ -598,8 +604,15 @@ PyObject *sw_py_from_dlpack(sw_py_state *st, PyObject *obj, PyObject *device,
         memset(&in, 0, sizeof in);
         in.capsule = cap;
         int retry = 0;
+        /* Read and taken as one step: a capsule passed to two threads'
+         * from_dlpack at once is consumed by one, and the other reads
+         * "already consumed", never a tensor the first has deleted.  (The
+         * section may pause once the tensor is taken: the copies run
+         * with the thread state released.) */
+        Py_BEGIN_CRITICAL_SECTION(cap);
         if (dl_in_read(cap, &in) == 0)
             r = import_tensor(st, d, &in, copy, tag, &retry);
+        Py_END_CRITICAL_SECTION();
         /* Untaken, its destructor hands the tensor back to its producer;
          * taken, it does nothing (the tensor is ours, or deleted). */
         Py_DECREF(cap);

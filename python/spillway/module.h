@@ -117,6 +117,48 @@ static inline PyObject *sw_py_dict_setdefault_ref(PyObject *d, PyObject *key,
 #endif
 }
 
+/* A tuple of obj's items (a new reference), or NULL with TypeError(msg)
+ * when obj is not iterable.  In place of PySequence_Fast: a list's items
+ * are borrowed from the list, which another thread (or an __index__
+ * called while parsing them) may change under the reader; a tuple is
+ * this caller's alone. */
+static inline PyObject *sw_py_as_tuple(PyObject *obj, const char *msg)
+{
+    if (PyTuple_CheckExact(obj))
+        return Py_NewRef(obj);
+    PyObject *it = PyObject_GetIter(obj);
+    if (it == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError))
+            PyErr_SetString(PyExc_TypeError, msg);
+        return NULL;
+    }
+    PyObject *t = PySequence_Tuple(it);
+    Py_DECREF(it);
+    return t;
+}
+
+/* Lazily filled module-state caches (the numpy module, numpy.dtype
+ * objects): written once, never replaced until the module goes.  Two
+ * threads may both compute a value; the first to publish wins and the
+ * other's is dropped.  Loads are acquire so a published object's fields
+ * are seen whole.  The returned reference is borrowed from the state. */
+static inline PyObject *sw_py_cache_load(PyObject **slot)
+{
+    return __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+}
+
+/* Publish v (a new reference, stolen) into an empty slot; the slot's
+ * value afterwards (borrowed), v or another thread's. */
+static inline PyObject *sw_py_cache_publish(PyObject **slot, PyObject *v)
+{
+    PyObject *expected = NULL;
+    if (__atomic_compare_exchange_n(slot, &expected, v, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        return v;
+    Py_DECREF(v);
+    return expected;
+}
+
 /* Run a statement with the GIL released. */
 #define NOGIL(stmt)                                                           \
     do {                                                                      \
@@ -265,6 +307,12 @@ typedef struct {
         _Atomic uint64_t skipped_backoff;
         _Atomic uint64_t skipped_shared;
         _Atomic uint64_t fruitful;
+        /* gc.collect() calls that found another collection running
+         * (free-threaded builds: run_collect tries again) */
+        _Atomic uint64_t busy_retries;
+        /* the last full collection by a pressure callback was followed
+         * by device frees (its own, or anyone's meanwhile) */
+        _Atomic int last_full_freed;
     } gc;
     struct { /* Python host tasks queued and not yet finished */
         pthread_mutex_t mu;

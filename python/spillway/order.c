@@ -23,7 +23,6 @@ ManagerObject *sw_py_manager_new(sw_py_state *st, sw_queue *q,
     m->weakreflist = NULL;
     pthread_mutex_init(&m->mu, NULL);
     st->live_managers++;
-    PyObject_GC_Track(m);
     sw_order *o = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -39,7 +38,10 @@ ManagerObject *sw_py_manager_new(sw_py_state *st, sw_queue *q,
     m->q = q;
     m->order = o;
     m->device = (DeviceObject *)Py_NewRef(d);
-    sw_py_device_use(d);
+    sw_py_device_use(d); /* the caller's queue holds one */
+    /* Tracked once whole: the collector (another thread's, without the
+     * GIL) never sees a half-made manager. */
+    PyObject_GC_Track(m);
     return m;
 }
 
@@ -233,7 +235,9 @@ static int events_arg(sw_py_state *st, PyObject *obj, const char *fname,
     } else if (PyList_Check(obj) || PyTuple_Check(obj) ||
                (PySequence_Check(obj) && !PyUnicode_Check(obj) &&
                 !PyBytes_Check(obj))) {
-        *seq = PySequence_Fast(obj, "");
+        /* A tuple: the events stay referenced while the calls that use
+         * them run without the GIL, whatever happens to a caller's list. */
+        *seq = sw_py_as_tuple(obj, "events must be a sequence");
     } else {
         PyErr_Format(PyExc_TypeError,
                      "%s(): %s must be a spillway.Event or a sequence of "
@@ -243,9 +247,9 @@ static int events_arg(sw_py_state *st, PyObject *obj, const char *fname,
     }
     if (*seq == NULL)
         return -1;
-    Py_ssize_t len = PySequence_Fast_GET_SIZE(*seq);
+    Py_ssize_t len = PyTuple_GET_SIZE(*seq);
     for (Py_ssize_t i = 0; i < len; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(*seq, i);
+        PyObject *item = PyTuple_GET_ITEM(*seq, i);
         if (!Py_IS_TYPE(item, st->event_type)) {
             PyErr_Format(PyExc_TypeError,
                          "%s(): %s must be spillway.Events, not %.100s",
@@ -254,7 +258,7 @@ static int events_arg(sw_py_state *st, PyObject *obj, const char *fname,
             return -1;
         }
     }
-    *out = (EventObject **)PySequence_Fast_ITEMS(*seq);
+    *out = (EventObject **)&PyTuple_GET_ITEM(*seq, 0);
     *n = len;
     return 0;
 }

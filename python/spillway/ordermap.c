@@ -38,6 +38,30 @@ struct MapObject {
                         * in the table */
 };
 
+/* The weak references' callbacks run in whichever thread drops a key
+ * Queue's last reference, so an entry's dead, on_list, dead_next and map
+ * and a map's dead list are shared with that thread: they are read and
+ * changed under dead_mu (the GIL, on GIL builds), in short sections that
+ * run no Python code and allocate nothing.  The table itself is only ever
+ * touched by its own thread. */
+static sw_py_mutex dead_mu;
+
+static int entry_dead(EntryObject *e)
+{
+    SW_PY_LOCK(&dead_mu);
+    int dead = e->dead;
+    SW_PY_UNLOCK(&dead_mu);
+    return dead;
+}
+
+static int map_has_dead(MapObject *m)
+{
+    SW_PY_LOCK(&dead_mu);
+    int any = m->dead != NULL;
+    SW_PY_UNLOCK(&dead_mu);
+    return any;
+}
+
 /* spillway.order_manager. */
 typedef struct {
     PyObject_HEAD
@@ -51,6 +75,7 @@ typedef struct {
  * the GIL; never waits, never allocates. */
 static PyObject *Entry_call(EntryObject *e, PyObject *args, PyObject *kwds)
 {
+    SW_PY_LOCK(&dead_mu);
     e->dead = 1;
     MapObject *m = e->map;
     if (m != NULL && !e->on_list) {
@@ -58,6 +83,7 @@ static PyObject *Entry_call(EntryObject *e, PyObject *args, PyObject *kwds)
         e->dead_next = m->dead;
         m->dead = e;
     }
+    SW_PY_UNLOCK(&dead_mu);
     Py_RETURN_NONE;
 }
 
@@ -72,7 +98,9 @@ static int Entry_traverse(EntryObject *e, visitproc visit, void *arg)
 /* Only for an entry already out of its map (in a map it is reachable). */
 static int Entry_clear(EntryObject *e)
 {
+    SW_PY_LOCK(&dead_mu);
     e->map = NULL;
+    SW_PY_UNLOCK(&dead_mu);
     Py_CLEAR(e->wr);
     Py_CLEAR(e->mgr);
     return 0;
@@ -187,6 +215,7 @@ static void map_drop_all(MapObject *m)
     size_t cap = m->cap;
     m->slots = NULL;
     m->cap = m->n = 0;
+    SW_PY_LOCK(&dead_mu);
     m->dead = NULL;
     for (size_t i = 0; i < cap; i++) {
         EntryObject *e = slots[i];
@@ -195,8 +224,11 @@ static void map_drop_all(MapObject *m)
         e->map = NULL;
         e->on_list = 0;
         e->dead_next = NULL;
-        Py_CLEAR(e->wr);
     }
+    SW_PY_UNLOCK(&dead_mu);
+    for (size_t i = 0; i < cap; i++)
+        if (slots[i] != NULL)
+            Py_CLEAR(slots[i]->wr);
     for (size_t i = 0; i < cap; i++)
         Py_XDECREF(slots[i]);
     PyMem_Free(slots);
@@ -207,6 +239,7 @@ static void map_drop_all(MapObject *m)
  * event.  Entries still busy stay on the dead list. */
 static void map_prune(MapObject *m)
 {
+    SW_PY_LOCK(&dead_mu);
     EntryObject *list = m->dead;
     m->dead = NULL;
     int any = 0;
@@ -214,6 +247,7 @@ static void map_prune(MapObject *m)
         e->idle = e->dead && Py_REFCNT(e->mgr) == 1;
         any |= e->idle;
     }
+    SW_PY_UNLOCK(&dead_mu);
     if (any) {
         /* Only this thread changes the table and these entries' fields
          * but `dead` (which a callback can only set, for a re-keyed entry
@@ -225,6 +259,7 @@ static void map_prune(MapObject *m)
         Py_END_ALLOW_THREADS
     }
     EntryObject *drop = NULL;
+    SW_PY_LOCK(&dead_mu);
     while (list != NULL) {
         EntryObject *e = list;
         list = e->dead_next;
@@ -242,6 +277,7 @@ static void map_prune(MapObject *m)
             m->dead = e;
         }
     }
+    SW_PY_UNLOCK(&dead_mu);
     /* The table is consistent: now deallocation may run (and release the
      * GIL). */
     while (drop != NULL) {
@@ -256,7 +292,9 @@ static void map_prune(MapObject *m)
 /* An entry out of any map, with its weak reference broken. */
 static void entry_discard(EntryObject *e)
 {
+    SW_PY_LOCK(&dead_mu);
     e->map = NULL;
+    SW_PY_UNLOCK(&dead_mu);
     Py_CLEAR(e->wr);
     Py_DECREF(e);
 }
@@ -267,11 +305,11 @@ static void entry_discard(EntryObject *e)
  * after each of them, and nothing found before is trusted. */
 static ManagerObject *map_get(sw_py_state *st, MapObject *m, QueueObject *q)
 {
-    if (m->dead != NULL)
+    if (map_has_dead(m))
         map_prune(m);
     for (int tries = 0; tries < 100; tries++) {
         EntryObject *e = map_find(m, q->q);
-        if (e != NULL && !e->dead)
+        if (e != NULL && !entry_dead(e))
             return e->mgr;
         if (e != NULL) {
             /* The key died; the manager stayed (work pending, or referred
@@ -282,10 +320,14 @@ static ManagerObject *map_get(sw_py_state *st, MapObject *m, QueueObject *q)
                 Py_DECREF(e);
                 return NULL;
             }
-            if (map_find(m, q->q) == e && e->dead) {
+            SW_PY_LOCK(&dead_mu);
+            int taken = map_find(m, q->q) == e && e->dead;
+            if (taken)
+                e->dead = 0; /* stays linked until the next prune */
+            SW_PY_UNLOCK(&dead_mu);
+            if (taken) {
                 PyObject *old = e->wr;
                 e->wr = wr;
-                e->dead = 0; /* stays linked until the next prune */
                 Py_XDECREF(old);
                 ManagerObject *mgr = e->mgr;
                 Py_DECREF(e);
@@ -447,7 +489,7 @@ int sw_py_relieve_dead_managers(sw_py_state *st)
     }
     for (size_t i = 0; i < m->cap; i++) {
         EntryObject *e = m->slots[i];
-        if (e != NULL && e->dead)
+        if (e != NULL && entry_dead(e))
             dead[n++] = (ManagerObject *)Py_NewRef(e->mgr);
     }
     sw_queue *in_task = sw_py_thread.task_queue;
@@ -459,7 +501,7 @@ int sw_py_relieve_dead_managers(sw_py_state *st)
         Py_DECREF(dead[i]);
     PyMem_Free(dead);
     sw_py_drain_releases();
-    if (m->dead != NULL)
+    if (map_has_dead(m))
         map_prune(m);
     size_t dropped = before > m->n ? before - m->n : 0;
     Py_DECREF(m);
@@ -524,6 +566,7 @@ static PyObject *OMap_clear(PyObject *self, PyObject *unused)
     size_t cap = m->cap;
     m->slots = NULL;
     m->cap = m->n = 0;
+    SW_PY_LOCK(&dead_mu);
     m->dead = NULL;
     for (size_t i = 0; i < cap; i++) {
         EntryObject *e = slots[i];
@@ -533,6 +576,7 @@ static PyObject *OMap_clear(PyObject *self, PyObject *unused)
             e->dead_next = NULL;
         }
     }
+    SW_PY_UNLOCK(&dead_mu);
     int rc = SW_OK;
     sw_queue *in_task = sw_py_thread.task_queue;
     Py_BEGIN_ALLOW_THREADS

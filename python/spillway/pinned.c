@@ -42,11 +42,14 @@ typedef struct PinnedObject {
     PyObject_VAR_HEAD      /* ob_size: the number of arrays */
     QueueObject *queue;    /* strong, or NULL: the host */
     DeviceObject *device;  /* strong: the arrays' device, or NULL (none) */
-    int state;             /* PINNED_NEW, _IN, _DONE */
+    /* PINNED_NEW -> _ENTERING -> _IN -> _ENDING -> _DONE, each step
+     * claimed with a compare-exchange: two threads entering (or leaving)
+     * one set at once pin (or unpin) it once, the other gets an error. */
+    _Atomic int state;
     void *items[];
 } PinnedObject;
 
-enum { PINNED_NEW, PINNED_IN, PINNED_DONE };
+enum { PINNED_NEW, PINNED_IN, PINNED_DONE, PINNED_ENTERING, PINNED_ENDING };
 
 #define PINNED_ITEM_BYTES                                                     \
     (sizeof(PyObject *) + sizeof(sw_buffer *) + sizeof(sw_devmem))
@@ -128,7 +131,7 @@ static PyObject *sw_py_pinned(PyObject *module, PyObject *const *args,
     PyObject_InitVar((PyVarObject *)p, st->pinned_type, nargs);
     p->queue = q != NULL ? (QueueObject *)Py_NewRef(q) : NULL;
     p->device = d != NULL ? (DeviceObject *)Py_NewRef(d) : NULL;
-    p->state = PINNED_NEW;
+    atomic_init(&p->state, PINNED_NEW);
     PyObject **arrays = pinned_arrays(p);
     sw_buffer **bufs = pinned_bufs(p);
     for (Py_ssize_t i = 0; i < nargs; i++) {
@@ -138,10 +141,10 @@ static PyObject *sw_py_pinned(PyObject *module, PyObject *const *args,
     return (PyObject *)p;
 }
 
-/* The end of the pins, in stream order, without the GIL. */
+/* The end of the pins, in stream order, without the GIL; the caller has
+ * claimed PINNED_ENDING. */
 static int pinned_end(PinnedObject *p)
 {
-    p->state = PINNED_DONE;
     int rc = SW_OK;
     if (Py_SIZE(p) > 0) {
         sw_queue *q = p->queue != NULL ? p->queue->q : NULL;
@@ -149,22 +152,35 @@ static int pinned_end(PinnedObject *p)
         size_t n = (size_t)Py_SIZE(p);
         NOGIL(rc = sw_launch_end_q(q, bufs, n));
     }
+    atomic_store(&p->state, PINNED_DONE);
     if (p->device != NULL)
         sw_py_device_unuse(p->device);
     return rc;
 }
+
+static PyObject *pinned_enter(sw_py_state *st, PinnedObject *p);
 
 static PyObject *Pinned_enter(PinnedObject *p, PyObject *unused)
 {
     sw_py_state *st = sw_py_type_state(Py_TYPE(p));
     if (st == NULL)
         return NULL;
-    if (p->state != PINNED_NEW) {
+    int fresh = PINNED_NEW;
+    if (!atomic_compare_exchange_strong(&p->state, &fresh, PINNED_ENTERING)) {
         PyErr_SetString(PyExc_RuntimeError,
                         "a pinned() block is entered once: call "
                         "spillway.pinned() again for another");
         return NULL;
     }
+    PyObject *views = pinned_enter(st, p);
+    atomic_store(&p->state, views != NULL ? PINNED_IN : PINNED_NEW);
+    return views;
+}
+
+/* Pin p's arrays (p is PINNED_ENTERING): the views, or NULL with an
+ * exception and nothing pinned. */
+static PyObject *pinned_enter(sw_py_state *st, PinnedObject *p)
+{
     /* The arrays' device may have been closed since pinned() was called;
      * the queue's too. */
     Py_ssize_t n = Py_SIZE(p);
@@ -205,7 +221,6 @@ static PyObject *Pinned_enter(PinnedObject *p, PyObject *unused)
         Py_DECREF(views);
         return sw_py_raise(st, rc);
     }
-    p->state = PINNED_IN;
     return views;
 }
 
@@ -214,7 +229,8 @@ static PyObject *Pinned_exit(PinnedObject *p, PyObject *const *args,
 {
     (void)args;
     (void)nargs;
-    if (p->state != PINNED_IN) {
+    int in = PINNED_IN;
+    if (!atomic_compare_exchange_strong(&p->state, &in, PINNED_ENDING)) {
         PyErr_SetString(PyExc_RuntimeError,
                         "__exit__ of a pinned() block that is not entered");
         return NULL;
@@ -230,7 +246,7 @@ static PyObject *Pinned_exit(PinnedObject *p, PyObject *const *args,
 static void Pinned_dealloc(PinnedObject *p)
 {
     PyTypeObject *tp = Py_TYPE(p);
-    if (p->state == PINNED_IN) {
+    if (atomic_load(&p->state) == PINNED_IN) {
         /* Dropped inside its block (its __exit__ never called): the pins
          * end now. */
         PyObject *t, *val, *tb;
@@ -249,12 +265,13 @@ static void Pinned_dealloc(PinnedObject *p)
 
 static PyObject *Pinned_repr(PinnedObject *p)
 {
-    static const char *const states[] = {"not entered", "entered", "ended"};
+    static const char *const states[] = {"not entered", "entered", "ended",
+                                         "entering", "ending"};
     return PyUnicode_FromFormat("<spillway.pinned of %zd array%s on %S, %s>",
                                 Py_SIZE(p), Py_SIZE(p) == 1 ? "" : "s",
                                 p->device ? (PyObject *)p->device->name
                                           : Py_None,
-                                states[p->state]);
+                                states[atomic_load(&p->state)]);
 }
 
 static PyMethodDef Pinned_methods[] = {
@@ -290,7 +307,8 @@ static PyType_Spec Pinned_spec = {
 /* -1 with ValueError when the view's block has ended. */
 static int view_live(PinnedViewObject *v)
 {
-    if (v->owner->state == PINNED_IN)
+    if (atomic_load_explicit(&v->owner->state, memory_order_acquire) ==
+        PINNED_IN)
         return 0;
     PyErr_Format(PyExc_ValueError,
                  "this view of a pinned array was used after its "
@@ -482,7 +500,8 @@ static void View_dealloc(PinnedViewObject *v)
 
 static PyObject *View_repr(PinnedViewObject *v)
 {
-    if (v->owner->state != PINNED_IN)
+    if (atomic_load_explicit(&v->owner->state, memory_order_acquire) !=
+        PINNED_IN)
         return PyUnicode_FromString("<spillway.PinnedView, its block "
                                     "ended>");
     sw_devmem m = view_mem(v);

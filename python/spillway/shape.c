@@ -85,10 +85,10 @@ int sw_py_parse_shape(PyObject *obj, Py_ssize_t *shape, int *ndim)
                      Py_TYPE(obj)->tp_name);
         return -1;
     }
-    PyObject *seq = PySequence_Fast(obj, "shape must be a sequence");
+    PyObject *seq = sw_py_as_tuple(obj, "shape must be a sequence");
     if (seq == NULL)
         return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     if (n > SW_PY_MAXDIMS) {
         PyErr_Format(PyExc_ValueError,
                      "shape %R has %zd dimensions; at most %d are allowed",
@@ -97,7 +97,7 @@ int sw_py_parse_shape(PyObject *obj, Py_ssize_t *shape, int *ndim)
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (parse_dim(PySequence_Fast_GET_ITEM(seq, i), obj, &shape[i]) < 0) {
+        if (parse_dim(PyTuple_GET_ITEM(seq, i), obj, &shape[i]) < 0) {
             Py_DECREF(seq);
             return -1;
         }

@@ -9,8 +9,18 @@
 static PyObject *api_resolve_device(PyObject *module, PyObject *obj,
                                     sw_device **dev)
 {
-    DeviceObject *d = sw_py_resolve_device(sw_py_module_state(module), obj);
-    *dev = d != NULL ? d->dev : NULL;
+    sw_py_state *st = sw_py_module_state(module);
+    DeviceObject *d = sw_py_resolve_device(st, obj);
+    if (d == NULL)
+        return NULL;
+    /* Counted as in use for the caller, which ends it (device_unuse):
+     * never a handle that a close() from another thread ends meanwhile. */
+    if ((*dev = sw_py_device_try_use(d)) == NULL) {
+        if (sw_py_device_check_open(d) == 0)
+            sw_py_raise(st, SW_PY_CLOSED);
+        Py_DECREF(d);
+        return NULL;
+    }
     return (PyObject *)d;
 }
 

@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #define SW_PY_TESTING_API_CAPSULE "spillway._spillway._testing_api"
-#define SW_PY_TESTING_API_VERSION 2
+#define SW_PY_TESTING_API_VERSION 3
 
 /* The pressure collector's counters (process-wide: pressure.c). */
 typedef struct {
@@ -37,6 +37,9 @@ typedef struct {
     /* Appended in version 2: full and young collections (their sum is
      * collections), and retries made for a full one before an OOM. */
     uint64_t full, young, last_chance;
+    /* Version 3: gc.collect() calls that collected nothing because
+     * another collection ran (free-threaded builds), tried again. */
+    uint64_t busy_retries;
 } sw_py_gc_stats;
 
 /* Live objects of the module, and Python host tasks not yet finished
@@ -66,7 +69,8 @@ typedef struct {
 
     /* The module's state, with the GIL.  resolve_device: a device=
      * argument (Device, spec or None) -> a new reference to the Device, its
-     * handle in *dev; NULL with an exception set.  device_use/unuse count a
+     * handle in *dev, counted as one user of it (the caller drops it with
+     * device_unuse); NULL with an exception set (ValueError: closed).  device_use/unuse count a
      * user of a Device (a closed one really closes when the last goes).
      * raise_error sets the module's exception for a library error code and
      * returns NULL. */

@@ -27,11 +27,11 @@ PyObject *sw_py_array_reshape(ArrayObject *a, PyObject *args)
     if (PyTuple_GET_SIZE(args) == 1 &&
         !PyIndex_Check(PyTuple_GET_ITEM(args, 0)))
         spec = PyTuple_GET_ITEM(args, 0);
-    PyObject *seq = PySequence_Fast(spec, "reshape() takes integers or a "
-                                          "sequence of integers");
+    PyObject *seq = sw_py_as_tuple(spec, "reshape() takes integers or a "
+                                         "sequence of integers");
     if (seq == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     if (n > SW_PY_MAXDIMS) {
         Py_DECREF(seq);
         PyErr_Format(PyExc_ValueError, "at most %d dimensions are allowed",
@@ -42,7 +42,7 @@ PyObject *sw_py_array_reshape(ArrayObject *a, PyObject *args)
     int unknown = -1;
     size_t known = 1;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *item = PyTuple_GET_ITEM(seq, i);
         Py_ssize_t v;
         if (PyIndex_Check(item)) {
             v = PyNumber_AsSsize_t(item, PyExc_ValueError);

@@ -98,6 +98,34 @@ except ImportError:
     HAVE_TESTING = False
 
 
+# The python-ft suite (scripts/test-python-ft.sh) runs this suite on a
+# free-threaded interpreter with SPILLWAY_EXPECT_NOGIL=1: importing spillway
+# (the test-only modules too) must leave the GIL off, and so must the whole
+# session (pytest_sessionfinish checks again: an import made by a test, of
+# a spillway submodule or a plug-in, counts).
+EXPECT_NOGIL = os.environ.get("SPILLWAY_EXPECT_NOGIL") == "1"
+
+
+def _gil_enabled():
+    is_enabled = getattr(sys, "_is_gil_enabled", None)
+    return True if is_enabled is None else is_enabled()
+
+
+if EXPECT_NOGIL and _gil_enabled():
+    raise RuntimeError("SPILLWAY_EXPECT_NOGIL=1, but the GIL is on after "
+                       "importing spillway (a module without "
+                       "Py_mod_gil = Py_MOD_GIL_NOT_USED, or not a "
+                       "free-threaded interpreter)")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if EXPECT_NOGIL and _gil_enabled():
+        mods = sorted(m for m in sys.modules if m.split(".")[0] == "spillway")
+        print(f"\nSPILLWAY_EXPECT_NOGIL=1: the GIL was turned back on during "
+              f"the session (spillway modules loaded: {', '.join(mods)})")
+        session.exitstatus = 1
+
+
 # An import of a test-only module in source text.
 _IMPORTS_TESTING = re.compile(r"^\s*(from\s+spillway\s+import\s.*\b_testing\b"
                               r"|import\s+spillway\._(spillway_)?testing\b)",
@@ -198,7 +226,7 @@ def no_leaks():
         gc.enable()
     spillway.order_manager.clear()
     _testing.wait_host_tasks(timeout=60)
-    gc.collect()
+    _testing.collect()
     alive = [w() for w in tracked if w() is not None]
     problems = []
     if alive:

@@ -4,6 +4,7 @@ allocation fails for good is a collection that can free cyclic garbage of
 any generation, unless one ran since the last free."""
 
 import gc
+import sysconfig
 
 import pytest
 
@@ -32,21 +33,33 @@ def test_cyclic_garbage_is_collected_before_oom(dev):
     if sw.memory_info(dev).device_total > (64 << 30):
         pytest.skip("device too large to fill in a test")
     n = _eighth(dev)
+    # Blocks an earlier test left cached go back to the device first
+    # (frees go back in stream order, hence the second synchronize).
+    sw.synchronize(dev)
+    sw.empty_cache(dev)
+    sw.synchronize(dev)
     gc.disable()
     try:
+        # Exposed eighths until the device is full: seven or eight, as the
+        # library's own small blocks (a scratch block the first reduction
+        # placed wherever there was room) split its memory.
         held = []
-        for _ in range(8):
-            a = sw.empty(n, dtype="float32", device=dev)
-            held.append((a, a.__dlpack__()))
-        del a
-        # Nothing is freeable: a fruitless full collection, then the error.
         with pytest.raises(sw.DeviceMemoryError):
-            sw.empty(n, dtype="float32", device=dev)
+            # Nothing is freeable: a fruitless full collection, then the
+            # error.
+            for _ in range(9):
+                a = sw.empty(n, dtype="float32", device=dev)
+                held.append((a, a.__dlpack__()))
+                del a
+        count = len(held)
+        assert count >= 7
         del held
-        for _ in range(8):
+        # The same blocks again (they come back from the cache), now held
+        # by reference cycles only.
+        for _ in range(count):
             _Holder(n, dev)
         before = sw.memory_info(dev)
-        assert before.in_use >= 8 * n * 4
+        assert before.in_use >= count * n * 4
         # The cycles hold the whole device: only a collection frees it.
         x = sw.empty(n, dtype="float32", device=dev)
         assert sw.memory_info(dev).gc_runs > before.gc_runs
@@ -89,7 +102,10 @@ def test_old_garbage_collected_before_a_c_threads_oom(sim, long_backoff):
         assert res["errors"] == 0, res["last_error"]
         assert res["ok"] == 1 and res["oom"] == 0
         now = _testing.gc_stats()
-        assert now["young"] == stats["young"] + 1  # the back-off's choice
+        # The back-off's choice: a young collection, or none at all where
+        # the collector has no generations (free-threaded builds).
+        young = 0 if sysconfig.get_config_var("Py_GIL_DISABLED") else 1
+        assert now["young"] == stats["young"] + young
         assert now["full"] == stats["full"] + 1    # then the last chance
     finally:
         gc.enable()
