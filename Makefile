@@ -89,6 +89,11 @@ ASAN_PRELOAD = $$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=l
 ALL_SUITES += python    '$(call PY_BUILT,build) $(call PY_SUITE,SPILLWAY_BUILD_DIR=build)'
 ALL_SUITES += python-asan '$(call PY_BUILT,build-asan) $(call PY_SUITE,SPILLWAY_BUILD_DIR=build-asan LD_PRELOAD="$(ASAN_PRELOAD)" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)'
 ALL_SUITES += python-opencl '$(call PY_BUILT,build) scripts/if-device.sh opencl:0 $(call PY_SUITE,SPILLWAY_BUILD_DIR=build SPILLWAY_DEVICE=opencl:0)'
+# Free-threaded CPython 3.13t (scripts/test-python-ft.sh): the interpreter,
+# built once from Debian trixie's source package into .python-ft/ (about
+# 3.5 CPU-minutes, then reused), a venv of it, build-ft/, and the Python
+# suite with the GIL checked off after `import spillway` and at the end.
+ALL_SUITES += python-ft 'MESON_OPTS="$(MESON_OPTS)" scripts/test-python-ft.sh'
 # The command-line program (tests/cli): build/spillway run as a user would.
 ALL_SUITES += cli       'SPILLWAY_BUILD_DIR=build $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/cli'
 # The installed package (scripts/test-installed.sh): the sdist, a wheel
@@ -192,7 +197,7 @@ help:
 	@echo "make fuzz-campaign  the fuzzer on every device and variant, FUZZ_CAMPAIGN_TIME=300 s each"
 	@echo "make soak       the soak (DURATION=10m, SOAK_DEVICE=sim:0, SOAK_THREADS=4, SOAK_FAULTS=1)"
 	@echo "make clean      remove the build directories (keeps .venv)"
-	@echo "make distclean  clean, and remove .venv and Python caches"
+	@echo "make distclean  clean, and remove the venvs, the free-threaded Pythons and caches"
 	@echo "variables: SUITES=\"c c-tsan\" runs a subset of the suites;"
 	@echo "           PYTHON=python3 makes the venv; SW_SUITE_TIMEOUT=1800 (s)"
 
@@ -333,6 +338,16 @@ bench: build-release
 	  $(VENV)/bin/python bench/bench_interop.py --build build-release; \
 	  echo "== bench/bench_dask.py"; \
 	  $(VENV)/bin/python bench/bench_dask.py --build build-release; \
+	  echo "== bench/bench_pinned.py"; \
+	  $(VENV)/bin/python bench/bench_pinned.py --build build-release; \
+	  echo "== bench/bench_threads.py: the GIL build, then free-threaded 3.13t"; \
+	  $(VENV)/bin/python bench/bench_threads.py --build build-release \
+	    --json build-release/bench-threads-gil.json && \
+	  ftpy=$$(MESON_OPTS="$(MESON_OPTS)" scripts/ft-build.sh build-ft-release $(RELEASE_OPTS) | tail -n 1) && \
+	  $$ftpy bench/bench_threads.py --build build-ft-release \
+	    --json build-release/bench-threads-ft.json && \
+	  $(VENV)/bin/python bench/bench_threads.py --compare \
+	    build-release/bench-threads-gil.json build-release/bench-threads-ft.json; \
 	fi
 
 # Every SW_ERR_HOST_OOM return of the core reached by the host-allocation
@@ -343,9 +358,11 @@ coverage-hostoom: venv
 # --- clean ------------------------------------------------------------------
 
 clean:
-	rm -rf build build-asan build-tsan build-release build-cov build-fuzz
+	rm -rf build build-asan build-tsan build-release build-cov build-fuzz \
+	       build-ft build-ft-tsan build-ft-release
 
+# The free-threaded interpreters (.python-ft*, minutes to rebuild) go too.
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) .venv-ft .venv-ft-tsan .python-ft .python-ft-tsan
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 	find . -name '*.pyc' -delete
