@@ -51,10 +51,14 @@ typedef struct export_ctx {
  * import takes the range for live once the lease is gone. */
 static void export_free(export_ctx *e)
 {
-    if (e->ctx != NULL && e->range.next != NULL) {
+    if (e->ctx != NULL) {
+        /* Linked or not, read under the lock: a neighbour's unlinking
+         * writes this range's links. */
         pthread_mutex_lock(&e->ctx->mu);
-        e->range.prev->next = e->range.next;
-        e->range.next->prev = e->range.prev;
+        if (e->range.next != NULL) {
+            e->range.prev->next = e->range.next;
+            e->range.next->prev = e->range.prev;
+        }
         pthread_mutex_unlock(&e->ctx->mu);
     }
     if (e->lease != NULL) {
