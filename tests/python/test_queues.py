@@ -511,7 +511,14 @@ def test_queue_churn_stays_bounded(dev):
     only queues whose work is still running.  Keyed strongly it would keep
     them all: on the simulated device each live queue reserves 1 MiB of a
     64 MiB arena, so that design fails within ~60 queues; elsewhere 10,000
-    queues and their threads would show in the resident memory."""
+    queues and their threads would show in the resident memory.
+
+    How many are still running at a moment is the device's pace against
+    this loop's (a PoCL worker descheduled for 50 ms on a loaded 2-core
+    machine leaves ~1,000 behind), so the loop waits for the device and
+    the host tasks (each dropped result's stream-ordered free) every 50
+    queues: the count sampled just after is then the map's own bound (what
+    the last prune kept), not the machine's timing."""
     n = int(os.environ.get("SPILLWAY_TEST_QUEUE_CHURN", "10000"))
     a = ones(dev, 1024)
     sw.synchronize(dev)
@@ -526,13 +533,18 @@ def test_queue_churn_stays_bounded(dev):
         if i == warm:
             rss0 = rss_bytes()
         if i % 50 == 0:
+            # The queue made just now found the previous 50 dead and idle.
             info = sw.memory_info(dev)
             max_in_use = max(max_in_use, info.in_use)
             max_managers = max(max_managers, len(sw.order_manager))
+        elif i % 50 == 49:
+            sw.synchronize(dev)
+            _testing.wait_host_tasks()  # the frees of the dropped results
     rss_growth = rss_bytes() - rss0
     # Managers (and their queues) of dead queues live until their work and
-    # host tasks are done: a few dozen at a time.  Strong keys: all of them.
-    assert max_managers <= min(1000, n // 4), \
+    # host tasks are done; idle ones go at the next use of the map.  Strong
+    # keys: all of them.
+    assert max_managers <= min(100, n), \
         f"{max_managers} order managers alive"
     assert max_in_use - before.in_use <= 1000 * 4096
     # On the simulated device each live queue holds 1 MiB of the 64 MiB

@@ -237,12 +237,21 @@ def test_one_scope_and_one_pin_however_many_threads_enter(dev):
 def test_queues_made_and_dropped_from_eight_threads(dev):
     """Eight threads each make a queue, run one operation on it and drop it,
     150 times: each thread's map keeps only the queues whose work is still
-    running, and every result is right."""
+    running, and every result is right.  Every 10 rounds the threads meet
+    and one waits for the device and the host tasks (the results' frees),
+    so the count sampled after is the maps' own bound, not the pace of a
+    loaded machine's worker threads."""
     x = sw.asarray(np.ones(1024, np.float32), device=dev)
     sw.synchronize(dev)
     sw.empty_cache(dev)
     sw.synchronize(dev)
     peaks = [0] * THREADS
+
+    def settle():
+        sw.synchronize(dev)
+        _testing.wait_host_tasks(timeout=60)
+
+    meet = threading.Barrier(THREADS, action=settle, timeout=120)
 
     def churn(k):
         for i in range(150):
@@ -251,15 +260,18 @@ def test_queues_made_and_dropped_from_eight_threads(dev):
             assert sw.order_manager[q] is sw.order_manager[q]
             del q
             if i % 10 == 0:
+                # The previous 9 dead queues were idle: pruned by now.
                 assert y[i] == float(k + 1)
                 peaks[k] = max(peaks[k], len(sw.order_manager))
             del y
+            if i % 10 == 9:
+                meet.wait()
         sw.order_manager.clear()
         assert len(sw.order_manager) == 0
 
     free0 = sw.memory_info(dev).device_free
     run(THREADS, churn)
-    assert max(peaks) <= 100, peaks  # bounded: not one per queue made
+    assert max(peaks) <= 12, peaks  # bounded: not one per queue made
     _testing.wait_host_tasks(timeout=60)
     counts = _testing.object_counts()
     assert counts["queues"] == 0 and counts["managers"] == 0
