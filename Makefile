@@ -94,6 +94,12 @@ ALL_SUITES += python-opencl '$(call PY_BUILT,build) scripts/if-device.sh opencl:
 # 3.5 CPU-minutes, then reused), a venv of it, build-ft/, and the Python
 # suite with the GIL checked off after `import spillway` and at the end.
 ALL_SUITES += python-ft 'MESON_OPTS="$(MESON_OPTS)" scripts/test-python-ft.sh'
+# The same under ThreadSanitizer: a second interpreter built
+# --with-thread-sanitizer (.python-ft-tsan/, about 5.5 CPU-minutes, 10.5
+# minutes of wall time on 2 cores, once), build-ft-tsan/ with
+# -Db_sanitize=thread, and the tests where threads share spillway objects;
+# a report fails the suite (CPython's own suppression list only).
+ALL_SUITES += python-ft-tsan 'FT_TSAN=1 MESON_OPTS="$(MESON_OPTS)" scripts/test-python-ft.sh'
 # The command-line program (tests/cli): build/spillway run as a user would.
 ALL_SUITES += cli       'SPILLWAY_BUILD_DIR=build $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/cli'
 # The installed package (scripts/test-installed.sh): the sdist, a wheel

@@ -9,13 +9,13 @@ each view.  The CUDA side (__cuda_array_interface__, DLPack's stream=)
 runs against the CPU stand-in for libcuda.so.1 in a subprocess.
 """
 
-import ctypes
 import os
 import pathlib
 import subprocess
 import sys
 import textwrap
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -33,8 +33,13 @@ def np_view(v):
     """A NumPy array on a pinned view's memory (host-addressable devices)."""
     if v.nbytes == 0:
         return np.empty(v.shape, dtype=v.dtype)
-    raw = (ctypes.c_char * v.nbytes).from_address(v.ptr)
-    return np.frombuffer(raw, dtype=v.dtype).reshape(v.shape)
+    # Through __array_interface__, not ctypes: CPython 3.13t's ctypes is
+    # not thread-safe (from_address() races on the type's flags), and the
+    # threaded tests build views at once.
+    mem = types.SimpleNamespace(__array_interface__={
+        "data": (v.ptr, False), "shape": tuple(v.shape),
+        "typestr": np.dtype(v.dtype).str, "version": 3})
+    return np.asarray(mem)
 
 
 # The Tack-style helper of docs/python.md ("Your own kernels"), verbatim.
