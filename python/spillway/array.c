@@ -36,10 +36,15 @@ PyObject *sw_py_array_wrap(sw_py_state *st, DeviceObject *d, sw_buffer *buf,
     sw_py_device_use(d);
     PyObject_GC_Track(a);
     /* The test suite's list of new Arrays (testapi.c), swapped by another
-     * thread at any time: a reference of ours while appending. */
-    SW_PY_LOCK(&st->mu);
-    PyObject *track = Py_XNewRef(st->track);
-    SW_PY_UNLOCK(&st->mu);
+     * thread at any time: a reference of ours while appending.  Only while
+     * tracking is on (the flag alone, otherwise: a module-wide lock taken
+     * by every Array made in every thread would be what they share). */
+    PyObject *track = NULL;
+    if (atomic_load_explicit(&st->tracking, memory_order_relaxed)) {
+        SW_PY_LOCK(&st->mu);
+        track = Py_XNewRef(st->track);
+        SW_PY_UNLOCK(&st->mu);
+    }
     if (track != NULL) {
         PyObject *wr = PyWeakref_NewRef((PyObject *)a, NULL);
         int bad = wr == NULL || PyList_Append(track, wr) < 0;

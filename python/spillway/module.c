@@ -97,6 +97,7 @@ static int module_clear(PyObject *m)
      * one with arrays left stays open until the last of them goes. */
     Py_CLEAR(st->default_device);
     Py_CLEAR(st->devices);
+    atomic_store_explicit(&st->tracking, 0, memory_order_relaxed);
     Py_CLEAR(st->track);
     Py_CLEAR(st->oom_hook);
     Py_CLEAR(st->numpy);

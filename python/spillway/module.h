@@ -205,6 +205,9 @@ typedef struct {
      * None when it is not importable. */
     PyObject *np_dtypes[SW_DTYPE_COUNT];
     PyObject *track;          /* list of weakrefs to new Arrays, or NULL */
+    /* track != NULL, read without mu on every new Array: the common case
+     * (no test tracking) then shares no lock between threads. */
+    atomic_int tracking;
     /* history.py's hook that adds allocation sites to out-of-memory
      * messages while tracebacks are recorded, or NULL (history.c). */
     PyObject *oom_hook;

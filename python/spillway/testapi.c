@@ -53,6 +53,7 @@ static PyObject *api_swap_track(PyObject *module, PyObject *list)
     SW_PY_LOCK(&st->mu);
     PyObject *old = st->track;
     st->track = list;
+    atomic_store_explicit(&st->tracking, list != NULL, memory_order_relaxed);
     SW_PY_UNLOCK(&st->mu);
     return old;
 }
