@@ -339,6 +339,13 @@ def test_demo_json():
     assert budgeted["peak"] <= budgeted["budget"]
     assert doc["memcpy_bytes_per_s"] > 0 and doc["ratio"] > 0
     assert doc["bit_identical"] is True
+    # Bytes moved against the floor: what does not fit goes out and comes
+    # back once, no less (every activation is read again going backward).
+    assert doc["moved_bytes"] == budgeted["out_bytes"] + budgeted["in_bytes"]
+    assert doc["floor_bytes"] == 2 * (doc["live_bytes"] - budgeted["budget"])
+    assert doc["moved_over_floor"] == pytest.approx(
+        doc["moved_bytes"] / doc["floor_bytes"], abs=1e-4)
+    assert doc["moved_over_floor"] >= 0.9999
 
 
 def test_demo_sweep():
@@ -349,6 +356,7 @@ def test_demo_sweep():
     assert len(rows) >= 6, p.stdout
     for r in rows:
         assert float(r[-1]) > 0  # the ratio
+        assert float(r[-5]) >= 0.9999  # bytes moved over their floor
     assert "demo finished" in p.stdout
 
 

@@ -175,6 +175,23 @@ static double cost_ratio(const demo_run *plain, const demo_run *budgeted,
     return budgeted->wall_s / (plain->wall_s + copies);
 }
 
+/* The least a run under `budget` can move: what of the live set does not
+ * fit goes out once and comes back once, 2 x (live - budget); 0 when all
+ * of it fits (or there is no budget). */
+static uint64_t moved_floor(const demo_pipeline *p, uint64_t budget)
+{
+    uint64_t live = demo_live_bytes(p);
+    return budget != 0 && live > budget ? 2 * (live - budget) : 0;
+}
+
+/* A run's bytes moved (out and in) over that floor: 1.0 moves no byte
+ * twice; 0 when there is no floor. */
+static double moved_over_floor(const demo_pipeline *p, const demo_run *r)
+{
+    uint64_t floor = moved_floor(p, r->budget);
+    return floor ? (double)(r->out_bytes + r->in_bytes) / (double)floor : 0;
+}
+
 static void print_plan(const demo_pipeline *p, uint64_t budget)
 {
     if (quiet)
@@ -263,6 +280,11 @@ static int check_budget_run(const demo_pipeline *p, const demo_run *r)
            "in\n",
            cli_bytes(r->peak), cli_bytes(r->budget), cli_bytes(r->out_bytes),
            cli_bytes(r->in_bytes));
+    if (moved_floor(p, r->budget) != 0)
+        printf("bytes moved over their floor, 2 x (live set - budget) = %s: "
+               "%.2f (1.00: no byte moved twice)\n",
+               cli_bytes(moved_floor(p, r->budget)),
+               moved_over_floor(p, r));
     if (demo_live_bytes(p) <= r->budget)
         printf("note: the budget holds the whole live set: nothing had to "
                "be spilled\n");
@@ -488,9 +510,12 @@ static void print_json(const demo_pipeline *p, const demo_run r[2],
                i ? "," : "", r[i].budget, r[i].wall_s, r[i].peak, r[i].spills,
                r[i].restores, r[i].out_bytes, r[i].in_bytes, r[i].out_s,
                r[i].in_s);
-    printf("],\"slowdown\":%.4f,\"ratio\":%.4f,\"bit_identical\":true}\n",
+    printf("],\"slowdown\":%.4f,\"ratio\":%.4f,\"moved_bytes\":%" PRIu64
+           ",\"floor_bytes\":%" PRIu64 ",\"moved_over_floor\":%.4f,"
+           "\"bit_identical\":true}\n",
            r[0].wall_s > 0 ? r[1].wall_s / r[0].wall_s : 1.0,
-           cost_ratio(&r[0], &r[1], rate));
+           cost_ratio(&r[0], &r[1], rate), r[1].out_bytes + r[1].in_bytes,
+           moved_floor(p, r[1].budget), moved_over_floor(p, &r[1]));
 }
 
 static int demo_runs(demo_pipeline *p, demo_run r[2], const demo_opts *d)
@@ -536,10 +561,10 @@ static int sweep(sw_device *dev, const demo_opts *d)
     static const unsigned fractions[] = {2, 4, 8}; /* live / budget */
     if (!quiet)
         printf("spillway %s demo --sweep on %s: %s\n\n%6s %10s %10s %7s "
-               "%8s %10s %9s %9s %9s %6s\n",
+               "%8s %10s %6s %9s %9s %9s %6s\n",
                CLI_VERSION, sw_device_name(dev), sw_device_description(dev),
                "steps", "live", "budget", "spills", "restores", "moved",
-               "no budget", "budget", "copies", "ratio");
+               "/floor", "no budget", "budget", "copies", "ratio");
     else
         printf("{\"device\":\"%s\",\"sweep\":[", sw_device_name(dev));
     bool firstrow = true;
@@ -582,19 +607,22 @@ static int sweep(sw_device *dev, const demo_opts *d)
                        ",\"budget\":%" PRIu64 ",\"spills\":%" PRIu64
                        ",\"restores\":%" PRIu64 ",\"moved_bytes\":%" PRIu64
                        ",\"plain_s\":%.6f,\"budget_s\":%.6f,"
-                       "\"copies_s\":%.6f,\"ratio\":%.4f}",
+                       "\"copies_s\":%.6f,\"ratio\":%.4f,"
+                       "\"floor_bytes\":%" PRIu64 ",\"moved_over_floor\":"
+                       "%.4f}",
                        firstrow ? "" : ",", steps[si], demo_live_bytes(&p),
                        budget, r[1].spills, r[1].restores,
                        r[1].out_bytes + r[1].in_bytes, r[0].wall_s,
-                       r[1].wall_s, copies, cost_ratio(&r[0], &r[1], rate));
+                       r[1].wall_s, copies, cost_ratio(&r[0], &r[1], rate),
+                       moved_floor(&p, budget), moved_over_floor(&p, &r[1]));
             else
                 printf("%6zu %10s %10s %7" PRIu64 " %8" PRIu64
-                       " %10s %8.3fs %8.3fs %8.3fs %6.2f\n",
+                       " %10s %6.2f %8.3fs %8.3fs %8.3fs %6.2f\n",
                        steps[si], cli_bytes(demo_live_bytes(&p)),
                        cli_bytes(budget), r[1].spills, r[1].restores,
                        cli_bytes(r[1].out_bytes + r[1].in_bytes),
-                       r[0].wall_s, r[1].wall_s, copies,
-                       cost_ratio(&r[0], &r[1], rate));
+                       moved_over_floor(&p, &r[1]), r[0].wall_s,
+                       r[1].wall_s, copies, cost_ratio(&r[0], &r[1], rate));
             firstrow = false;
         }
         meter_destroy(&m);
@@ -607,10 +635,11 @@ static int sweep(sw_device *dev, const demo_opts *d)
     if (quiet)
         printf("]}\n");
     else
-        printf("\nratio: the budgeted run's time over the unbudgeted one's "
-               "plus the bytes moved\nat memcpy speed (measured in this "
-               "process); every run bit-identical to its\nunbudgeted "
-               "twin.\n");
+        printf("\n/floor: the bytes moved (out and in) over the least any "
+               "run under that budget\nmoves, 2 x (live - budget).  ratio: "
+               "the budgeted run's time over the\nunbudgeted one's plus the "
+               "bytes moved at memcpy speed (measured in this\nprocess); "
+               "every run bit-identical to its unbudgeted twin.\n");
     return check_clean(dev);
 }
 
