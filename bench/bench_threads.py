@@ -46,6 +46,9 @@ def measure(sw, dev, kind, threads, n, runs=5):
         barrier = threading.Barrier(threads)
         start, done = [], []
 
+        # Each kind's loop is written out in place: a helper called per
+        # iteration would add a Python call's own cost (and its sharing
+        # between threads) to every figure.
         def work():
             if kind == "loop":
                 # The ceiling: 20 additions per call, thread-local values.
