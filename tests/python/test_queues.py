@@ -306,7 +306,12 @@ def test_operations_record_events_and_keep_their_arrays(dev, gates):
     for _ in range(20):
         sw.scale(big, 1.0, out=big, queue=q)
     tasks, submitted = om.num_host_task_events, om.num_submitted_events
-    assert tasks == 20  # each held behind the gate
+    # Each is held behind the gate -- but the first scale has no work ahead
+    # of it on q: a thread descheduled between its launch and its record
+    # (a loaded machine; seen once on 3.13t in CI) finds it complete, and a
+    # complete operation keeps nothing.  Every later one has that work
+    # ahead of it.
+    assert tasks in (19, 20)
     c = sw.add(a, b, queue=q)
     assert om.num_host_task_events == tasks + 1  # the task holding a, b, c
     assert om.num_submitted_events <= submitted + 1
