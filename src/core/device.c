@@ -184,47 +184,10 @@ SW_API int sw_backend_info(size_t i, const char **name, int *devices,
  * Registering backends (spillway/backend.h)
  * ---------------------------------------------------------------------- */
 
-/* Whether the table can be a backend here; the message says why not. */
-static int check_table(const sw__backend_ops *ops)
-{
-    if (ops == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG, "the backend table is NULL");
-    const char *name = ops->name;
-    if (ops->version < SW_BACKEND_VERSION_MIN ||
-        ops->version > SW_BACKEND_VERSION)
-        return sw__errorf(SW_ERR_INVALID_ARG, "backend '%.40s': contract "
-                          "version %d, and this spillway takes versions %d "
-                          "to %d (spillway/backend.h: SW_BACKEND_VERSION)",
-                          name ? name : "?", ops->version,
-                          SW_BACKEND_VERSION_MIN, SW_BACKEND_VERSION);
-    size_t len = name ? strlen(name) : 0;
-    bool ok = len > 0 && len <= 23;
-    for (size_t k = 0; ok && k < len; k++)
-        ok = (name[k] >= 'a' && name[k] <= 'z') ||
-             (name[k] >= '0' && name[k] <= '9') || name[k] == '_';
-    if (!ok)
-        return sw__errorf(SW_ERR_INVALID_ARG, "backend name '%.40s': a "
-                          "backend is named by 1 to 23 of [a-z0-9_] (the "
-                          "spec prefix, as in \"sim:0\")", name ? name : "");
-#define SW__REQUIRED(X)                                                       \
-    X(device_count) X(open) X(close) X(alloc) X(free) X(mem_info)             \
-    X(default_queue) X(queue_create) X(queue_destroy) X(write) X(read)       \
-    X(copy) X(fill) X(launch) X(event_record) X(event_query) X(event_wait)   \
-    X(event_release) X(synchronize) X(wait_event)
-#define SW__CHECK_MEMBER(m)                                                   \
-    if (ops->m == NULL)                                                       \
-        return sw__errorf(SW_ERR_INVALID_ARG, "backend '%s': its %s is "      \
-                          "NULL, and every backend must have one", name, #m);
-    SW__REQUIRED(SW__CHECK_MEMBER)
-#undef SW__CHECK_MEMBER
-#undef SW__REQUIRED
-    return SW_OK;
-}
-
 /* Under the registry lock. */
 static int register_locked(const sw__backend_ops *ops)
 {
-    int rc = check_table(ops);
+    int rc = sw__b_check_table(ops);
     if (rc != SW_OK)
         return rc;
     size_t n = atomic_load_explicit(&nbackends, memory_order_relaxed);

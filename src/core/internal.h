@@ -619,6 +619,13 @@ int sw__budget_refusal_locked(sw_device *dev, size_t request, size_t size,
  * pinned. */
 int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
                        size_t n, sw_devmem *ptrs);
+/* Whether the distinct bases of bufs plus `extra` bytes fit the device
+ * (or its budget) together, and whether there is room for them now
+ * (launch.c); each sets the message when not. */
+int sw__check_fit_locked(sw_device *dev, sw__buf *const *bufs, size_t n,
+                         uint64_t extra);
+int sw__check_room_locked(sw_device *dev, sw__buf *const *bufs, size_t n,
+                          uint64_t extra);
 /* Run the pressure callbacks (last: as the ladder's last step); true if
  * one may have freed memory. */
 bool sw__run_callbacks_locked(sw_device *dev, size_t bytes, bool last);
@@ -637,6 +644,9 @@ int sw__lru_reserve_locked(sw_device *dev, size_t n);
  * memory to grow the heap, the buffer just stays unspillable. */
 void sw__lru_insert_locked(sw_device *dev, sw__buf *b);
 void sw__lru_remove_locked(sw_device *dev, sw__buf *b);
+/* The least recently used buffer, removed from the heap; NULL when it is
+ * empty (stale keys are refreshed on the way). */
+sw__buf *sw__lru_pop_locked(sw_device *dev);
 /* Spill least-recently-used unpinned buffers until at least need bytes of
  * device memory went to the cache; *spilled says how much did.  SW_OK with
  * *spilled == 0 means nothing was left to spill.  A failed copy out leaves
@@ -711,6 +721,9 @@ void sw__arm_nodev_fault(uint64_t nth, bool persistent);
 /* The backend's kind, as in specs ("sim", "cuda", ...). */
 const char *sw__b_name(const sw__backend_ops *ops);
 bool sw__b_usable(const sw__backend_ops *ops);
+/* Whether the table can be a backend here (its version, name and required
+ * ops); the message says why not. */
+int sw__b_check_table(const sw__backend_ops *ops);
 int sw__b_device_count(const sw__backend_ops *ops, int *count, char *why,
                        size_t why_len);
 int sw__b_open(const sw__backend_ops *ops, int index, sw__bdev **out,
