@@ -276,6 +276,15 @@ typedef struct sw_memory_info {
     uint64_t live_buffers;  /* live base buffers, spilled ones included */
     uint64_t host_pool;       /* idle host memory kept for host copies */
     uint64_t host_pool_limit; /* its bound (sw_set_host_pool_limit) */
+    /* Appended in 0.3: clean copies.  A restored buffer keeps the host
+     * copy it came from until something writes its device memory; while
+     * it does, evicting it copies nothing (`spilled_bytes_total` counts
+     * bytes actually copied out).  host_copies is the bytes of resident
+     * buffers that have such a duplicate on the host (rounded, as in_use;
+     * they count in in_use, not in `spilled`). */
+    uint64_t host_copies;
+    uint64_t clean_evictions; /* evictions that copied nothing (counted in
+                               * `spills` too) */
 } sw_memory_info;
 
 /* Sizes are rounded up to a multiple of this (the unit of in_use).  A
@@ -288,8 +297,8 @@ SW_API int sw_memory_info_get(sw_device *dev, sw_memory_info *out);
  * not disturbed. */
 SW_API int sw_reset_peak(sw_device *dev);
 
-/* Zero the counters (allocs, frees, spills, restores, the byte and second
- * totals, alloc_retries, ooms, gc_runs), as PyTorch's
+/* Zero the counters (allocs, frees, spills, restores, clean_evictions,
+ * the byte and second totals, alloc_retries, ooms, gc_runs), as PyTorch's
  * reset_accumulated_memory_stats; in_use, cached, spilled and the peaks
  * are not counters and stay. */
 SW_API int sw_reset_counters(sw_device *dev);
@@ -329,10 +338,11 @@ SW_API int sw_empty_cache(sw_device *dev);
  * its bound, which is $SPILLWAY_HOST_POOL at open (a size such as "2G")
  * or 1 GiB; a block holding spilled data counts in `spilled`. */
 SW_API int sw_set_host_pool_limit(sw_device *dev, uint64_t bytes);
-/* Give every idle block of the pool back to the system, and the blocks of
- * restores whose copies in are still in flight (a prefetch's), once those
- * end: the call waits for them, without the device lock.  Blocks holding
- * spilled data stay. */
+/* Give every idle block of the pool back to the system, the clean copies
+ * of resident buffers (host_copies: their next eviction copies again),
+ * and the blocks of restores whose copies in are still in flight (a
+ * prefetch's), once those end: the call waits for them, without the
+ * device lock.  Blocks holding spilled data stay. */
 SW_API int sw_release_host_pool(sw_device *dev);
 
 /* ------------------------------------------------------------------------
@@ -478,6 +488,11 @@ SW_API int sw_buffer_wrap(sw_device *dev, sw_devmem mem, size_t size,
  * again.  (cuDF's exposure is permanent; this one ends.) */
 typedef struct sw_lease sw_lease;
 SW_API int sw_buffer_expose(sw_buffer *buf, sw_devmem *ptr, sw_lease **out);
+/* The same for a consumer that only reads the memory (a read-only DLPack
+ * export): a clean copy (sw_memory_info.host_copies) stays clean.  Writing
+ * through it is undefined: the next eviction may drop what was written. */
+SW_API int sw_buffer_expose_read(sw_buffer *buf, sw_devmem *ptr,
+                                 sw_lease **out);
 /* Release a lease; NULL is a no-op, a second release SW_ERR_INVALID_HANDLE. */
 SW_API int sw_lease_release(sw_lease *lease);
 
@@ -499,6 +514,21 @@ SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
                            sw_devmem *ptrs);
 /* Unpin what sw_launch_begin pinned (the same bufs and n). */
 SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n);
+
+/* Access modes of launch arguments.  A restored buffer keeps its host copy
+ * while nothing writes it, so that evicting it again copies nothing; an
+ * argument the kernel only reads (SW_ACCESS_READ) keeps that copy.  One the
+ * kernel may write (SW_ACCESS_WRITE, and every argument of the forms
+ * without modes) ends it.  Marking an argument the kernel writes as read
+ * is undefined: its next eviction may drop what the kernel wrote. */
+#define SW_ACCESS_WRITE 0u
+#define SW_ACCESS_READ 1u
+/* sw_launch_begin with a mode per argument (access[i] for bufs[i]; access
+ * NULL: every argument written); end with sw_launch_end.  Another value
+ * than the two above is SW_ERR_INVALID_ARG. */
+SW_API int sw_launch_begin_access(sw_device *dev, sw_buffer *const *bufs,
+                                  const unsigned char *access, size_t n,
+                                  sw_devmem *ptrs);
 
 typedef enum sw_kernel {
     SW_KERNEL_FILL = 0,  /* out[i] = alpha                   */
@@ -629,6 +659,11 @@ SW_API int sw_launch_kernel_q(sw_queue *q, const sw_kernel_args *args);
  * Duplicates in bufs are pinned once per occurrence, and pins nest. */
 SW_API int sw_launch_begin_q(sw_queue *q, sw_buffer *const *bufs, size_t n,
                              sw_devmem *ptrs);
+/* sw_launch_begin_q with a mode per argument (see SW_ACCESS_READ); end
+ * with sw_launch_end_q. */
+SW_API int sw_launch_begin_q_access(sw_queue *q, sw_buffer *const *bufs,
+                                    const unsigned char *access, size_t n,
+                                    sw_devmem *ptrs);
 SW_API int sw_launch_end_q(sw_queue *q, sw_buffer *const *bufs, size_t n);
 
 /* The runtime's own handles.  sw_queue_native gives q's stream as the
@@ -753,11 +788,15 @@ typedef enum sw_trace_kind {
     SW_TRACE_CACHE_TRIM = 5,  /* cached memory given back [cached -] */
     SW_TRACE_SPILL_BEGIN = 6, /* a buffer's copy out was queued and its
                                * device memory given up [in_use -size,
-                               * spilled +size] */
+                               * spilled +size]; nothing was copied with
+                               * aux 2 (a restore undone) and aux 3 (a
+                               * clean copy evicted [host_copies -size]) */
     SW_TRACE_SPILL_END = 7,   /* ...the copy completed; aux 1 if it failed
                                * on the device */
     SW_TRACE_RESTORE_BEGIN = 8, /* a copy in was queued [spilled -size,
-                                 * in_use +size]; aux 1: a prefetch */
+                                 * in_use +size, host_copies +size: the
+                                 * host copy stays, clean]; aux 1: a
+                                 * prefetch */
     SW_TRACE_RESTORE_END = 9, /* ...completed; aux 1: failed */
     SW_TRACE_PREFETCH = 10,   /* a restore started ahead of use */
     SW_TRACE_BUDGET = 11,     /* the budget was set to aux */
@@ -771,8 +810,12 @@ typedef enum sw_trace_kind {
     SW_TRACE_LEASE_RELEASE = 17,
     SW_TRACE_QUEUE_CREATE = 18,  /* queue id in .queue */
     SW_TRACE_QUEUE_DESTROY = 19,
+    SW_TRACE_HOST_COPY_DROP = 20, /* a clean copy's host block given up
+                                   * [host_copies -size]: aux 0, its device
+                                   * memory written; aux 1, host memory
+                                   * was short or released */
 } sw_trace_kind;
-#define SW_TRACE_KIND_COUNT 20
+#define SW_TRACE_KIND_COUNT 21
 
 /* "alloc", "free", "cache_hit", ... ; NULL for an unknown kind. */
 SW_API const char *sw_trace_kind_name(sw_trace_kind kind);
@@ -788,6 +831,7 @@ typedef struct sw_trace_event {
     uint64_t aux;     /* as the kind says */
     uint64_t in_use, cached, spilled, budget; /* totals after the event */
     char tag[SW_TAG_MAX + 1];
+    uint64_t host_copies; /* total after the event (sw_memory_info's) */
 } sw_trace_event;
 
 typedef struct sw_trace_options {

@@ -109,8 +109,8 @@ int sw_py_export_find(DeviceObject *d, uintptr_t data, uint64_t byte_offset,
  * (NULL: the host's pin), a CUDA or HIP consumer's stream other than q's
  * waits for q's work first. */
 PyObject *sw_py_dlpack_pinned(ArrayObject *a, sw_devmem mem, sw_queue *q,
-                              PyObject *const *args, Py_ssize_t nargs,
-                              PyObject *kwnames);
+                              int readonly, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames);
 
 /* import.c: spillway.from_dlpack, and the DLPack import of asarray. */
 PyObject *sw_py_from_dlpack(sw_py_state *st, PyObject *obj, PyObject *device,

@@ -524,7 +524,8 @@ static void dl_fill(ArrayObject *a, export_ctx *e, int versioned,
 
 /* 5. The capsule that hands e over (it deletes an export nobody took);
  * on failure e is freed. */
-static PyObject *dl_capsule(export_ctx *e, int versioned, int copied)
+static PyObject *dl_capsule(export_ctx *e, int versioned, int copied,
+                            int readonly)
 {
     PyObject *cap;
     if (versioned) {
@@ -532,7 +533,8 @@ static PyObject *dl_capsule(export_ctx *e, int versioned, int copied)
         e->mt.v1.version.minor = DLPACK_MINOR_VERSION;
         e->mt.v1.manager_ctx = e;
         e->mt.v1.deleter = dl_delete_v1;
-        e->mt.v1.flags = copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0;
+        e->mt.v1.flags = (copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0) |
+                         (readonly ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
         cap = PyCapsule_New(&e->mt.v1, "dltensor_versioned", capsule_v1_dtor);
     } else {
         e->mt.legacy.manager_ctx = e;
@@ -558,14 +560,14 @@ PyObject *sw_py_array_dlpack(ArrayObject *a, PyObject *const *args,
         return NULL;
     dl_fill(a, e, req.versioned,
             how == DL_HOST ? (DLDevice){kDLCPU, 0} : req.own);
-    return dl_capsule(e, req.versioned, how != DL_OWN);
+    return dl_capsule(e, req.versioned, how != DL_OWN, 0);
 }
 
 /* A pinned view's export (pinned.c): its memory as it is, with nothing to
  * release (the block's pin holds it), on its own device only. */
 PyObject *sw_py_dlpack_pinned(ArrayObject *a, sw_devmem mem, sw_queue *q,
-                              PyObject *const *args, Py_ssize_t nargs,
-                              PyObject *kwnames)
+                              int readonly, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames)
 {
     sw_py_state *st = sw_py_type_state(Py_TYPE(a));
     dl_request req;
@@ -598,5 +600,7 @@ PyObject *sw_py_dlpack_pinned(ArrayObject *a, sw_devmem mem, sw_queue *q,
     e->range.mem = mem;
     e->range.size = a->nbytes;
     dl_fill(a, e, req.versioned, req.own);
-    return dl_capsule(e, req.versioned, 0);
+    /* A view pinned for reading says so (DLPack 1.0's flag): its clean
+     * copy stays clean on that promise. */
+    return dl_capsule(e, req.versioned, 0, readonly);
 }

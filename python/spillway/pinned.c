@@ -46,6 +46,7 @@ typedef struct PinnedObject {
      * claimed with a compare-exchange: two threads entering (or leaving)
      * one set at once pin (or unpin) it once, the other gets an error. */
     _Atomic int state;
+    int has_access; /* access[] follows mem[]; else every array written */
     void *items[];
 } PinnedObject;
 
@@ -69,6 +70,13 @@ static inline sw_devmem *pinned_mem(PinnedObject *p)
     return (sw_devmem *)(pinned_bufs(p) + Py_SIZE(p));
 }
 
+/* SW_ACCESS_READ or _WRITE per array, or NULL: every one written. */
+static inline unsigned char *pinned_access(PinnedObject *p)
+{
+    return p->has_access ? (unsigned char *)(pinned_mem(p) + Py_SIZE(p))
+                         : NULL;
+}
+
 typedef struct {
     PyObject_HEAD
     PinnedObject *owner; /* strong */
@@ -83,18 +91,53 @@ static PyObject *sw_py_pinned(PyObject *module, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames)
 {
     sw_py_state *st = sw_py_module_state(module);
-    PyObject *queue = NULL;
+    PyObject *queue = NULL, *access = NULL;
     for (Py_ssize_t k = 0; kwnames != NULL && k < PyTuple_GET_SIZE(kwnames);
          k++) {
         PyObject *name = PyTuple_GET_ITEM(kwnames, k);
-        if (!PyUnicode_Check(name) ||
-            PyUnicode_CompareWithASCIIString(name, "queue") != 0) {
+        if (PyUnicode_Check(name) &&
+            PyUnicode_CompareWithASCIIString(name, "queue") == 0) {
+            queue = args[nargs + k];
+        } else if (PyUnicode_Check(name) &&
+                   PyUnicode_CompareWithASCIIString(name, "access") == 0) {
+            access = args[nargs + k];
+        } else {
             PyErr_Format(PyExc_TypeError,
                          "pinned() got an unexpected keyword argument %R",
                          name);
             return NULL;
         }
-        queue = args[nargs + k];
+    }
+    /* access: one letter per array, "r" (only read: a clean copy stays
+     * clean) or "w" (may be written, the default). */
+    const char *acc = NULL;
+    if (access != NULL && access != Py_None) {
+        Py_ssize_t len = 0;
+        if (!PyUnicode_Check(access) ||
+            (acc = PyUnicode_AsUTF8AndSize(access, &len)) == NULL) {
+            if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError))
+                PyErr_Format(PyExc_TypeError,
+                             "pinned(): access must be a str of 'r' and "
+                             "'w', one per array, not %.80s",
+                             Py_TYPE(access)->tp_name);
+            return NULL;
+        }
+        if (len != nargs) {
+            PyErr_Format(PyExc_ValueError,
+                         "pinned(): access %R has %zd letters for %zd "
+                         "arrays: one per array ('r' or 'w')",
+                         access, len, nargs);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < len; i++)
+            if (acc[i] != 'r' && acc[i] != 'w') {
+                PyErr_Format(PyExc_ValueError,
+                             "pinned(): access %R: letter %zd is %R, not "
+                             "'r' (read) or 'w' (written)",
+                             access, i + 1,
+                             PyUnicode_FromOrdinal((unsigned char)acc[i]));
+                return NULL;
+            }
     }
     DeviceObject *d = NULL;
     for (Py_ssize_t i = 0; i < nargs; i++) {
@@ -125,13 +168,18 @@ static PyObject *sw_py_pinned(PyObject *module, PyObject *const *args,
     if (d == NULL && q != NULL)
         d = q->device;
     PinnedObject *p = (PinnedObject *)PyObject_Malloc(
-        sizeof(PinnedObject) + (size_t)nargs * PINNED_ITEM_BYTES);
+        sizeof(PinnedObject) +
+        (size_t)nargs * (PINNED_ITEM_BYTES + (acc != NULL)));
     if (p == NULL)
         return PyErr_NoMemory();
     PyObject_InitVar((PyVarObject *)p, st->pinned_type, nargs);
     p->queue = q != NULL ? (QueueObject *)Py_NewRef(q) : NULL;
     p->device = d != NULL ? (DeviceObject *)Py_NewRef(d) : NULL;
     atomic_init(&p->state, PINNED_NEW);
+    p->has_access = acc != NULL;
+    for (Py_ssize_t i = 0; acc != NULL && i < nargs; i++)
+        pinned_access(p)[i] = acc[i] == 'r' ? SW_ACCESS_READ
+                                            : SW_ACCESS_WRITE;
     PyObject **arrays = pinned_arrays(p);
     sw_buffer **bufs = pinned_bufs(p);
     for (Py_ssize_t i = 0; i < nargs; i++) {
@@ -213,7 +261,12 @@ static PyObject *pinned_enter(sw_py_state *st, PinnedObject *p)
         sw_queue *q = p->queue != NULL ? p->queue->q : NULL;
         sw_buffer *const *bufs = pinned_bufs(p);
         sw_devmem *mem = pinned_mem(p);
-        NOGIL_ALLOC(rc, sw_launch_begin_q(q, bufs, (size_t)n, mem));
+        const unsigned char *acc = pinned_access(p);
+        if (acc == NULL)
+            NOGIL_ALLOC(rc, sw_launch_begin_q(q, bufs, (size_t)n, mem));
+        else
+            NOGIL_ALLOC(rc, sw_launch_begin_q_access(q, bufs, acc, (size_t)n,
+                                                     mem));
     }
     if (rc != SW_OK) {
         if (p->device != NULL)
@@ -322,6 +375,12 @@ static sw_devmem view_mem(PinnedViewObject *v)
     return pinned_mem(v->owner)[v->index];
 }
 
+static int view_readonly(PinnedViewObject *v)
+{
+    const unsigned char *acc = pinned_access(v->owner);
+    return acc != NULL && acc[v->index] == SW_ACCESS_READ;
+}
+
 static ArrayObject *view_array(PinnedViewObject *v)
 {
     return (ArrayObject *)pinned_arrays(v->owner)[v->index];
@@ -411,6 +470,14 @@ static PyObject *View_get_array(PinnedViewObject *v, void *c)
     return Py_NewRef((PyObject *)view_array(v));
 }
 
+static PyObject *View_get_readonly(PinnedViewObject *v, void *c)
+{
+    (void)c;
+    if (view_live(v) < 0)
+        return NULL;
+    return PyBool_FromLong(view_readonly(v));
+}
+
 static PyObject *View_get_queue(PinnedViewObject *v, void *c)
 {
     return Py_NewRef(v->owner->queue ? (PyObject *)v->owner->queue : Py_None);
@@ -467,7 +534,8 @@ static PyObject *View_get_cai(PinnedViewObject *v, void *c)
                             "typestr", typestr, "data",
                             (unsigned long long)(m.base ? m.base + m.offset
                                                         : 0),
-                            Py_False, "version", 3, "strides", Py_None,
+                            view_readonly(v) ? Py_True : Py_False,
+                            "version", 3, "strides", Py_None,
                             "stream", stream);
     Py_XDECREF(owned);
     return r;
@@ -480,7 +548,7 @@ static PyObject *View_dlpack(PinnedViewObject *v, PyObject *const *args,
         return NULL;
     return sw_py_dlpack_pinned(view_array(v), view_mem(v),
                                v->owner->queue ? v->owner->queue->q : NULL,
-                               args, nargs, kwnames);
+                               view_readonly(v), args, nargs, kwnames);
 }
 
 static PyObject *View_dlpack_device(PinnedViewObject *v, PyObject *unused)
@@ -543,6 +611,8 @@ static PyGetSetDef View_getset[] = {
     {"dtype", (getter)View_get_dtype, NULL, "The element type.", NULL},
     {"shape", (getter)View_get_shape, NULL, "The shape (C order).", NULL},
     {"array", (getter)View_get_array, NULL, "The Array pinned.", NULL},
+    {"readonly", (getter)View_get_readonly, NULL,
+     "True when pinned with access 'r': the kernel only reads it.", NULL},
     {"queue", (getter)View_get_queue, NULL,
      "The Queue the pin is for, or None (the host).", NULL},
     {"__cuda_array_interface__", (getter)View_get_cai, NULL,
@@ -571,7 +641,7 @@ static PyType_Spec View_spec = {
 
 static PyMethodDef pinned_methods[] = {
     FASTKW("pinned", sw_py_pinned,
-           "pinned(*arrays, queue=None)\n--\n\n"
+           "pinned(*arrays, queue=None, access=None)\n--\n\n"
            "A context manager: `with pinned(a, b, queue=q) as (va, vb):` "
            "makes the arrays resident in one pass, pins them for the block "
            "and yields one PinnedView per array (.ptr, or .cl_mem and "
@@ -582,6 +652,10 @@ static PyMethodDef pinned_methods[] = {
            "arrays wait on the device for what you queued on q.  "
            "queue=None pins for the host: entering waits for the arrays' "
            "queued work, and yours must be complete when the block ends.  "
+           "access: a str of one letter per array, 'r' for one your kernel "
+           "only reads (a restored array then keeps its host copy, and "
+           "its next eviction copies nothing) or 'w' (the default: may be "
+           "written).  "
            "DeviceMemoryError, before anything moves, when the set cannot "
            "fit together; ValueError for arrays of different devices or a "
            "queue of another."),

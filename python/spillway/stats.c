@@ -213,7 +213,9 @@ static PyObject *stats_dict(const sw_memory_info *m)
         put_u(d, "allocation.all.allocated", m->allocs) < 0 ||
         put_u(d, "allocation.all.freed", m->frees) < 0 ||
         put_u(d, "host_pool", m->host_pool) < 0 ||
-        put_u(d, "host_pool_limit", m->host_pool_limit) < 0;
+        put_u(d, "host_pool_limit", m->host_pool_limit) < 0 ||
+        put_u(d, "host_copies", m->host_copies) < 0 ||
+        put_u(d, "clean_evictions", m->clean_evictions) < 0;
     if (bad)
         Py_CLEAR(d);
     return d;

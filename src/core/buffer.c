@@ -130,6 +130,8 @@ void sw__buf_init_base(sw__buf *b, size_t size, const char *tag)
     b->mem = 0;
     b->host = NULL;
     b->hold_host = false;
+    b->clean = false;
+    b->nrestores = b->clean_uses = 0;
     b->alloc_size = 0;
     b->heap_idx = SW__NOT_IN_HEAP;
     b->heap_key = 0;
@@ -230,6 +232,10 @@ void sw__buf_slot_free_locked(sw_device *dev, sw__buf *base)
  * that copy ends (spill.c). */
 static void release_base_locked(sw_device *dev, sw__buf *base)
 {
+    if (base->clean) { /* its host block goes with the slot */
+        base->clean = false;
+        dev->host_copies -= base->alloc_size;
+    }
     if (base->state == SW_SPILLED) {
         dev->spilled -= base->alloc_size;
         SW__TRACE(dev, SW_TRACE_FREE, base, base->alloc_size, 0, 1);
@@ -314,6 +320,22 @@ void sw__unpin_locked(sw_device *dev, sw__buf *base)
     /* Its work is queued now: spill.c's timeline orders copies by this. */
     base->last_use = ++dev->clock;
     sw__maybe_release_locked(dev, base);
+}
+
+void sw__unpin_all_locked(sw_device *dev, sw__buf *const *v, size_t n)
+{
+    sw__assert_locked(dev);
+    uint64_t clock = ++dev->clock; /* the launch is queued (spill.c) */
+    for (size_t i = 0; i < n; i++) {
+        sw__buf *base = v[i]->base;
+        assert(base->pins > 0);
+        base->last_use = clock;
+        sw__note_use(dev, base);
+        /* Release only matters when the last pin of a base whose handle
+         * is gone goes. */
+        if (--base->pins == 0 && !sw__slot_live(&base->h))
+            sw__maybe_release_locked(dev, base);
+    }
 }
 
 SW_API int sw_buffer_view(sw_buffer *h, size_t offset, size_t size,
@@ -475,7 +497,9 @@ SW_API int sw_buffer_device_ptr(sw_buffer *h, sw_devmem *out)
     if (rc == SW_OK)
         rc = sw__xfer_wait_locked(dev, base);
     if (rc == SW_OK) {
-        sw__hold_end_locked(dev, base); /* the caller may write it */
+        /* The caller may write it. */
+        sw__hold_end_locked(dev, base);
+        sw__dirty_locked(dev, base);
         base->last_use = ++dev->clock;
         out->base = base->mem;
         out->offset = base->mem ? buf->offset : 0;
@@ -539,11 +563,21 @@ static int host_access_locked(sw_device *dev, sw__buf *buf, size_t offset,
     if (rc == SW_OK && base->lost)
         rc = sw__xfer_wait_locked(dev, base); /* says why */
     if (rc == SW_OK) {
-        /* Another call's restore, held: a write must not be undone. */
-        if (write)
+        /* Another call's restore, held: a write must not be undone; and
+         * a clean copy is one no longer. */
+        if (write) {
             sw__hold_end_locked(dev, base);
+            sw__dirty_locked(dev, base);
+        }
         base->last_use = ++dev->clock;
-        char *h = base->state == SW_SPILLED ? (char *)base->host + off
+        /* A clean copy is read from the host block it keeps: the same
+         * bytes, without a round trip through the device -- once no copy
+         * is in flight: the copy out that filled the block may still be
+         * running ahead of the copy in (a spill superseded by a restore
+         * on the in-order copy queue). */
+        char *h = base->state == SW_SPILLED ||
+                          (base->clean && !write && base->xfer == NULL)
+                      ? (char *)base->host + off
                   : can_inline_locked(dev, base, n)
                       ? (char *)(uintptr_t)base->mem + off
                       : NULL;
@@ -668,14 +702,14 @@ static int copy_on(const sw_queue *qh, sw_buffer *dsth, size_t dst_offset,
         goto out;
     }
     sw__buf *args[2] = {src, dst};
+    static const unsigned char access[2] = {SW_ACCESS_READ, SW_ACCESS_WRITE};
     sw_devmem p[2];
-    rc = sw__pin_all_locked(dev, q, args, 2, p);
+    rc = sw__pin_all_access_locked(dev, q, args, access, 2, p);
     if (rc != SW_OK)
         goto out;
     rc = sw__b_copy_q(dev, q ? q->bq : dev->q, db->mem, doff, sb->mem, soff,
                       n);
-    sw__unpin_locked(dev, sb);
-    sw__unpin_locked(dev, db);
+    sw__unpin_all_locked(dev, args, 2);
 out:
     sw__unlock(dev);
     return rc;

@@ -58,12 +58,13 @@ static void write_once(void)
                    ",\"allocs\":%" PRIu64 ",\"spills\":%" PRIu64
                    ",\"restores\":%" PRIu64 ",\"spilled_bytes_total\":%" PRIu64
                    ",\"restored_bytes_total\":%" PRIu64 ",\"ooms\":%" PRIu64
-                   ",\"gc_runs\":%" PRIu64 "}",
+                   ",\"gc_runs\":%" PRIu64 ",\"host_copies\":%" PRIu64
+                   ",\"clean_evictions\":%" PRIu64 "}",
                 first ? "" : ",", dev->name, m.in_use, m.peak, m.cached,
                 m.spilled, m.budget, m.device_free, m.device_total,
                 m.device_free_known, m.live_buffers, m.allocs, m.spills,
                 m.restores, m.spilled_bytes_total, m.restored_bytes_total,
-                m.ooms, m.gc_runs);
+                m.ooms, m.gc_runs, m.host_copies, m.clean_evictions);
         first = 0;
     }
     fputs("\n]}\n", f);

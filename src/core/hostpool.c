@@ -10,7 +10,8 @@
  * bounded in bytes (SPILLWAY_HOST_POOL, sw_set_host_pool_limit; default
  * 1 GiB) and kept across sw_empty_cache (sw_release_host_pool gives it
  * back).  Only idle blocks count against the bound: a block holding a
- * spilled buffer's data counts in `spilled`.
+ * spilled buffer's data counts in `spilled`, and one kept as a clean
+ * copy of a resident buffer in `host_copies` (spill.c).
  */
 #include "core/internal.h"
 
@@ -135,6 +136,9 @@ SW_API int sw_release_host_pool(sw_device *dev)
             break;
         sw__xfer_settle_locked(dev, b); /* b may be gone after it */
     }
+    /* The clean copies are host memory held for speed only: they go too
+     * (their buffers' next eviction copies again). */
+    (void)sw__clean_drop_locked(dev, UINT64_MAX);
     sw__host_pool_drain_locked(dev);
     sw__unlock(dev);
     return SW_OK;

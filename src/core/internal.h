@@ -164,6 +164,18 @@ struct sw__buf {
      * though resident (spill.c, sw__unrestore_locked).  Any other use
      * ends it (sw__hold_end_locked): what it writes must not be undone. */
     bool hold_host;
+    /* (base) A clean copy: resident, and its host block (`host`) holds
+     * the same bytes as its device memory -- restored, and nothing has
+     * written it since.  Evicting it copies nothing.  Every way of writing
+     * the device copy ends it first (sw__dirty_locked): a launch argument
+     * not marked SW_ACCESS_READ, an op's output, a host write, a write
+     * export.  Counted in dev->host_copies. */
+    bool clean;
+    /* (base) Restores in its life, and launches that used it since the
+     * last one (ops, copies, sw_launch_end: not a prefetch, a host read
+     * or the restore itself), saturating: the spilling order of clean
+     * copies (lru.c). */
+    uint8_t nrestores, clean_uses;
     sw__buf *base;  /* itself for a base buffer */
     size_t offset;  /* byte offset inside the base allocation */
     uintptr_t mem;  /* (base) backend allocation; 0 when spilled or empty */
@@ -176,7 +188,7 @@ struct sw__buf {
     /* Base-only fields (a view uses its base's). */
     uint32_t children; /* live views */
     uint32_t exposed;  /* live leases: unspillable while > 0 */
-    void *host;        /* the host copy while SPILLED */
+    void *host;        /* the host copy while SPILLED (or clean) */
     size_t alloc_size; /* size rounded to SW_ALLOC_GRANULARITY */
     uint64_t heap_key; /* last_use when last placed in the LRU heap */
     size_t heap_idx;   /* SW__NOT_IN_HEAP when not spillable now */
@@ -363,10 +375,12 @@ struct sw_device {
 
     /* Accounting (names as in sw_memory_info). */
     uint64_t in_use, peak, cached, spilled, budget, peak_reserved;
+    uint64_t host_copies; /* alloc sizes of the clean bases */
     uint64_t allocs, frees, spills, restores;
     uint64_t spilled_bytes_total, restored_bytes_total;
     double spill_seconds, restore_seconds;
     uint64_t alloc_retries, ooms, gc_runs;
+    uint64_t clean_evictions;
 
     uint64_t clock; /* advanced on every use; buffers' LRU key */
     /* Calls that released the lock mid-way (waiting for the device, a
@@ -591,6 +605,9 @@ void sw__buf_init_base(sw__buf *b, size_t size, const char *tag);
 void sw__live_link_locked(sw_device *dev, sw__buf *b);
 /* Pins keep a base alive and in place; unpinning may release it. */
 void sw__unpin_locked(sw_device *dev, sw__buf *base);
+/* Unpin the arguments of one launch (bufs[i]->base each), as used at one
+ * time: its work is queued. */
+void sw__unpin_all_locked(sw_device *dev, sw__buf *const *bufs, size_t n);
 /* Release a base nothing refers to any more (no handle, view, pin, lease
  * or move in progress); otherwise do nothing. */
 void sw__maybe_release_locked(sw_device *dev, sw__buf *base);
@@ -619,6 +636,13 @@ int sw__budget_refusal_locked(sw_device *dev, size_t request, size_t size,
  * pinned. */
 int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
                        size_t n, sw_devmem *ptrs);
+/* The same with each argument's access mode (SW_ACCESS_READ or
+ * SW_ACCESS_WRITE; access NULL: every one written).  A written argument's
+ * clean copy ends once every argument is pinned. */
+int sw__pin_all_access_locked(sw_device *dev, sw__queue *q,
+                              sw__buf *const *bufs,
+                              const unsigned char *access, size_t n,
+                              sw_devmem *ptrs);
 /* Whether the distinct bases of bufs plus `extra` bytes fit the device
  * (or its budget) together, and whether there is room for them now
  * (launch.c); each sets the message when not. */
@@ -644,6 +668,23 @@ int sw__lru_reserve_locked(sw_device *dev, size_t n);
  * memory to grow the heap, the buffer just stays unspillable. */
 void sw__lru_insert_locked(sw_device *dev, sw__buf *b);
 void sw__lru_remove_locked(sw_device *dev, sw__buf *b);
+/* A buffer's place in the spilling order (lru.c): its last use, a clean
+ * copy before a dirty one used at the same time. */
+static inline uint64_t sw__lru_key(const sw__buf *b)
+{
+    uint64_t k = b->last_use * 2 + !b->clean;
+    bool cold = b->clean && b->nrestores == 1 && b->clean_uses >= 1;
+    return cold ? k : k | (UINT64_C(1) << 63);
+}
+/* A clean copy's use counted (lru.c): when it turns cold its key falls,
+ * and its place in the heap is fixed at once. */
+void sw__lru_clean_use_locked(sw_device *dev, sw__buf *base);
+/* A launch's pin of base ends (a use). */
+static inline void sw__note_use(sw_device *dev, sw__buf *base)
+{
+    if (__builtin_expect(base->clean, 0))
+        sw__lru_clean_use_locked(dev, base);
+}
 /* The least recently used buffer, removed from the heap; NULL when it is
  * empty (stale keys are refreshed on the way). */
 sw__buf *sw__lru_pop_locked(sw_device *dev);
@@ -667,6 +708,17 @@ void sw__unrestore_locked(sw_device *dev, sw__buf *base);
  * use came first): the host copy goes (now, or when its copy in is seen
  * done).  A no-op without a hold. */
 void sw__hold_end_locked(sw_device *dev, sw__buf *base);
+/* base's device copy may be written from now on: a clean copy's host
+ * block goes (now, or when a copy still reading it is done). */
+void sw__dirty_slow_locked(sw_device *dev, sw__buf *base);
+static inline void sw__dirty_locked(sw_device *dev, sw__buf *base)
+{
+    if (__builtin_expect(base->clean, 0))
+        sw__dirty_slow_locked(dev, base);
+}
+/* Give up the clean copies' host blocks, most recently used first, until
+ * `need` bytes went (host memory is short); returns the bytes given up. */
+uint64_t sw__clean_drop_locked(sw_device *dev, uint64_t need);
 int sw__make_resident_locked(sw_device *dev, sw__buf *base);
 /* Finish the xfers that are done (never blocks). */
 void sw__xfer_poll_locked(sw_device *dev);

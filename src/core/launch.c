@@ -133,8 +133,15 @@ static void say_brought_back(int rc, size_t brought)
  * says: an add whose second operand cannot come back leaves its first,
  * which it brought back, resident.  Those restores hold their host copies
  * (hold_token: this call's) until the end. */
+/* Whether argument i may be written (access NULL: every one). */
+static inline bool acc_write(const unsigned char *access, size_t i)
+{
+    return access == NULL || access[i] != SW_ACCESS_READ;
+}
+
 static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
-                           size_t n, sw_devmem *ptrs, size_t from)
+                           const unsigned char *access, size_t n,
+                           sw_devmem *ptrs, size_t from)
 {
     int rc = SW_OK;
     bool checked_fit = false, room_checked = false;
@@ -233,6 +240,10 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
         if (base->hold_host && base->hold_token == token)
             sw__hold_end_locked(dev, base);
     }
+    /* The call succeeds: what it may write is no clean copy any more. */
+    for (i = 0; i < n; i++)
+        if (acc_write(access, i))
+            sw__dirty_locked(dev, bufs[i]->base);
     /* Pointers: an argument restored after an earlier one was written
      * cannot have moved it (pinned), but a restore may have been of a base
      * shared with an earlier argument (a view): read them all again. */
@@ -252,7 +263,7 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
  * to wait for -- then pinned, used at `clock`, and its pointer written.
  * False (nothing done) for the general path. */
 static inline bool pin_warm(sw__buf *b, uint64_t clock, sw_devmem *p,
-                            uint64_t q_bit)
+                            uint64_t q_bit, bool write)
 {
     sw__buf *base = b->base;
     uint64_t m = base->qmask;
@@ -260,7 +271,8 @@ static inline bool pin_warm(sw__buf *b, uint64_t clock, sw_devmem *p,
                               : (base->qsynced & q_bit) != 0 &&
                                     (m & (q_bit | SW__QMASK_RESTORE)) == q_bit;
     if (__builtin_expect(base->state != SW_RESIDENT || base->moving ||
-                             base->hold_host || !ordered,
+                             base->hold_host || !ordered ||
+                             (base->clean & write),
                          0))
         return false;
     base->pins++;
@@ -279,20 +291,30 @@ static inline bool pin_warm(sw__buf *b, uint64_t clock, sw_devmem *p,
  * cannot take goes to pin_rest_locked, which restores a spilled one
  * after pinning the others, so that making room for it can never spill
  * them. */
-int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
-                       size_t n, sw_devmem *ptrs)
+int sw__pin_all_access_locked(sw_device *dev, sw__queue *q,
+                              sw__buf *const *bufs,
+                              const unsigned char *access, size_t n,
+                              sw_devmem *ptrs)
 {
     sw__assert_locked(dev);
     size_t i = 0;
     if (q == NULL && ptrs != NULL) {
         uint64_t clock = dev->clock;
-        for (; i < n && pin_warm(bufs[i], clock + 1, &ptrs[i], 0); i++)
+        for (; i < n && pin_warm(bufs[i], clock + 1, &ptrs[i], 0,
+                                 acc_write(access, i));
+             i++)
             clock++;
         dev->clock = clock;
         if (__builtin_expect(i == n, 1))
             return SW_OK;
     }
-    return pin_rest_locked(dev, q, bufs, n, ptrs, i);
+    return pin_rest_locked(dev, q, bufs, access, n, ptrs, i);
+}
+
+int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
+                       size_t n, sw_devmem *ptrs)
+{
+    return sw__pin_all_access_locked(dev, q, bufs, NULL, n, ptrs);
 }
 
 /* Launch arguments decoded and checked, every one, before anything
@@ -400,8 +422,8 @@ static inline last_begin_t *last_begin(void)
  * rather than check, copy, pin and copy back: ~60 instructions per
  * argument were ~25 of them (callgrind). */
 static size_t memo_pin_locked(sw_device *dev, const last_begin_t *last,
-                              sw_buffer *const *h, size_t n, sw_devmem *ptrs,
-                              uint64_t q_bit)
+                              sw_buffer *const *h, const unsigned char *access,
+                              size_t n, sw_devmem *ptrs, uint64_t q_bit)
 {
     if (last->memo != dev || last->n != n)
         return 0;
@@ -410,7 +432,7 @@ static size_t memo_pin_locked(sw_device *dev, const last_begin_t *last,
     for (i = 0; i < n; i++) {
         sw__buf *b = last->b[i];
         if (h[i] != last->h[i] || !sw__handle_matches(&b->h, h[i]) ||
-            !pin_warm(b, clock + 1, &ptrs[i], q_bit))
+            !pin_warm(b, clock + 1, &ptrs[i], q_bit, acc_write(access, i)))
             break;
         clock++;
     }
@@ -424,8 +446,26 @@ static size_t memo_pin_locked(sw_device *dev, const last_begin_t *last,
     return n;
 }
 
-SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
-                           sw_devmem *ptrs)
+/* Every access mode one of the two (checked before anything else); on
+ * failure the pointers are cleared, as every failed begin leaves them. */
+static int access_check(const unsigned char *access, size_t n,
+                        sw_devmem *ptrs)
+{
+    for (size_t i = 0; access != NULL && i < n; i++) {
+        if (access[i] == SW_ACCESS_READ || access[i] == SW_ACCESS_WRITE)
+            continue;
+        if (ptrs != NULL)
+            memset(ptrs, 0, n * sizeof *ptrs);
+        return sw__errorf(SW_ERR_INVALID_ARG, "access mode %u of argument "
+                          "%zu: must be SW_ACCESS_READ or SW_ACCESS_WRITE",
+                          (unsigned)access[i], i);
+    }
+    return SW_OK;
+}
+
+static int launch_begin(sw_device *dev, sw_buffer *const *bufs,
+                        const unsigned char *access, size_t n,
+                        sw_devmem *ptrs)
 {
     if ((bufs == NULL || ptrs == NULL) && n > 0) {
         if (ptrs != NULL) /* out-parameters are cleared on failure */
@@ -440,7 +480,7 @@ SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
     }
     last_begin_t *last = last_begin();
     if (n <= ARGS_ON_STACK && n > 0 &&
-        memo_pin_locked(dev, last, bufs, n, ptrs, 0) == n) {
+        memo_pin_locked(dev, last, bufs, access, n, ptrs, 0) == n) {
         last->dev = dev;
         last->q = NULL;
         last->bufs = bufs;
@@ -450,7 +490,7 @@ SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
     launch_args a;
     rc = args_decode_locked(dev, bufs, n, &a);
     if (rc == SW_OK) {
-        rc = sw__pin_all_locked(dev, NULL, a.v, n, ptrs);
+        rc = sw__pin_all_access_locked(dev, NULL, a.v, access, n, ptrs);
         if (rc == SW_OK && n <= ARGS_ON_STACK) {
             last->dev = dev;
             last->q = NULL;
@@ -468,18 +508,18 @@ SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
     return rc;
 }
 
-/* Unpin decoded arguments (the same bases and count that were pinned). */
-static void unpin_all_locked(sw_device *dev, sw__buf *const *v, size_t n)
+SW_API int sw_launch_begin(sw_device *dev, sw_buffer *const *bufs, size_t n,
+                           sw_devmem *ptrs)
 {
-    uint64_t clock = ++dev->clock; /* the launch is queued (spill.c) */
-    for (size_t i = 0; i < n; i++) {
-        sw__buf *base = v[i]->base;
-        base->last_use = clock;
-        /* Release only matters when the last pin of a base whose handle
-         * is gone goes. */
-        if (--base->pins == 0 && !sw__slot_live(&base->h))
-            sw__maybe_release_locked(dev, base);
-    }
+    return launch_begin(dev, bufs, NULL, n, ptrs);
+}
+
+SW_API int sw_launch_begin_access(sw_device *dev, sw_buffer *const *bufs,
+                                  const unsigned char *access, size_t n,
+                                  sw_devmem *ptrs)
+{
+    int rc = access_check(access, n, ptrs);
+    return rc != SW_OK ? rc : launch_begin(dev, bufs, access, n, ptrs);
 }
 
 SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
@@ -508,6 +548,7 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
                 break;
             sw__buf *base = b->base;
             base->last_use = clock;
+            sw__note_use(dev, base);
             if (--base->pins == 0)
                 dead |= !sw__slot_live(&base->h);
         }
@@ -518,7 +559,7 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
                  * base among several arguments is released once. */
                 for (size_t j = 0; j < n; j++)
                     last->b[j]->base->pins++;
-                unpin_all_locked(dev, last->b, n);
+                sw__unpin_all_locked(dev, last->b, n);
             }
             sw__unlock(dev);
             return SW_OK;
@@ -547,7 +588,7 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
         sw__unlock(dev);
         return rc;
     }
-    unpin_all_locked(dev, a.v, n);
+    sw__unpin_all_locked(dev, a.v, n);
     args_free(&a);
     sw__unlock(dev);
     return SW_OK;
@@ -562,10 +603,11 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
  * for the other queues that used them, then the host for the default
  * queue, without the lock), so that the memory may be touched from the
  * host at once.  On failure nothing stays pinned. */
-static int begin_host_locked(sw_device *dev, sw__buf *const *v, size_t n,
+static int begin_host_locked(sw_device *dev, sw__buf *const *v,
+                             const unsigned char *access, size_t n,
                              sw_devmem *ptrs)
 {
-    int rc = sw__pin_all_locked(dev, NULL, v, n, ptrs);
+    int rc = sw__pin_all_access_locked(dev, NULL, v, access, n, ptrs);
     if (rc != SW_OK)
         return rc;
     for (size_t i = 0; rc == SW_OK && i < n; i++) {
@@ -582,7 +624,7 @@ static int begin_host_locked(sw_device *dev, sw__buf *const *v, size_t n,
     if (rc == SW_OK && !sw__b_queue_idle(dev, dev->q))
         rc = sw__wait_idle_locked(dev);
     if (rc != SW_OK)
-        unpin_all_locked(dev, v, n);
+        sw__unpin_all_locked(dev, v, n);
     return rc;
 }
 
@@ -605,8 +647,9 @@ static inline void queue_unpin(sw__buf *base)
         base->qpinmask = 0;
 }
 
-SW_API int sw_launch_begin_q(sw_queue *qh, sw_buffer *const *bufs, size_t n,
-                             sw_devmem *ptrs)
+static int launch_begin_q(sw_queue *qh, sw_buffer *const *bufs,
+                          const unsigned char *access, size_t n,
+                          sw_devmem *ptrs)
 {
     if ((bufs == NULL || ptrs == NULL) && n > 0) {
         if (ptrs != NULL)
@@ -638,7 +681,7 @@ SW_API int sw_launch_begin_q(sw_queue *qh, sw_buffer *const *bufs, size_t n,
     /* The warm path: every argument resident and q already ordered after
      * its earlier work (its bit set, no prefetch's copy in to wait for). */
     if (q != NULL && n <= ARGS_ON_STACK && n > 0 &&
-        memo_pin_locked(dev, last, bufs, n, ptrs, bit) == n) {
+        memo_pin_locked(dev, last, bufs, access, n, ptrs, bit) == n) {
         queue_pins_locked(last->b, n, bit);
         last->dev = dev;
         last->q = q;
@@ -650,14 +693,17 @@ SW_API int sw_launch_begin_q(sw_queue *qh, sw_buffer *const *bufs, size_t n,
     rc = args_decode_locked(dev, bufs, n, &a);
     if (rc == SW_OK) {
         if (q == NULL) {
-            rc = begin_host_locked(dev, a.v, n, ptrs);
+            rc = begin_host_locked(dev, a.v, access, n, ptrs);
         } else {
             uint64_t clock = dev->clock;
             size_t i = 0;
-            for (; i < n && pin_warm(a.v[i], clock + 1, &ptrs[i], bit); i++)
+            for (; i < n && pin_warm(a.v[i], clock + 1, &ptrs[i], bit,
+                                     acc_write(access, i));
+                 i++)
                 clock++;
             dev->clock = clock;
-            rc = i == n ? SW_OK : pin_rest_locked(dev, q, a.v, n, ptrs, i);
+            rc = i == n ? SW_OK
+                        : pin_rest_locked(dev, q, a.v, access, n, ptrs, i);
             if (rc == SW_OK)
                 queue_pins_locked(a.v, n, bit);
         }
@@ -676,6 +722,20 @@ SW_API int sw_launch_begin_q(sw_queue *qh, sw_buffer *const *bufs, size_t n,
     if (rc != SW_OK && ptrs != NULL)
         memset(ptrs, 0, n * sizeof *ptrs);
     return rc;
+}
+
+SW_API int sw_launch_begin_q(sw_queue *q, sw_buffer *const *bufs, size_t n,
+                             sw_devmem *ptrs)
+{
+    return launch_begin_q(q, bufs, NULL, n, ptrs);
+}
+
+SW_API int sw_launch_begin_q_access(sw_queue *q, sw_buffer *const *bufs,
+                                    const unsigned char *access, size_t n,
+                                    sw_devmem *ptrs)
+{
+    int rc = access_check(access, n, ptrs);
+    return rc != SW_OK ? rc : launch_begin_q(q, bufs, access, n, ptrs);
 }
 
 SW_API int sw_launch_end_q(sw_queue *qh, sw_buffer *const *bufs, size_t n)
@@ -719,6 +779,7 @@ SW_API int sw_launch_end_q(sw_queue *qh, sw_buffer *const *bufs, size_t n)
                 break;
             sw__buf *base = b->base;
             base->last_use = clock;
+            sw__note_use(dev, base);
             if (--base->pins == 0)
                 dead |= !sw__slot_live(&base->h);
         }
@@ -731,7 +792,7 @@ SW_API int sw_launch_end_q(sw_queue *qh, sw_buffer *const *bufs, size_t n)
             if (dead) {
                 for (size_t j = 0; j < n; j++)
                     last->b[j]->base->pins++;
-                unpin_all_locked(dev, last->b, n);
+                sw__unpin_all_locked(dev, last->b, n);
             }
             sw__unlock(dev);
             return SW_OK;
@@ -766,7 +827,7 @@ SW_API int sw_launch_end_q(sw_queue *qh, sw_buffer *const *bufs, size_t n)
         queue_unpin(a.v[i]->base);
         sw__queue_mark_used_locked(q, a.v[i]->base);
     }
-    unpin_all_locked(dev, a.v, n);
+    sw__unpin_all_locked(dev, a.v, n);
     args_free(&a);
     sw__unlock(dev);
     return SW_OK;

@@ -46,7 +46,7 @@ SW_API int sw_buffer_wrap(sw_device *dev, sw_devmem mem, size_t size,
 /* A lease has its own handle (type-stable like every handle), so a second
  * release is detected; while any is live its base neither spills nor
  * releases its memory. */
-SW_API int sw_buffer_expose(sw_buffer *h, sw_devmem *ptr, sw_lease **out)
+static int expose(sw_buffer *h, sw_devmem *ptr, sw_lease **out, bool write)
 {
     /* Out-parameters are cleared on failure, the one given too. */
     if (ptr != NULL) {
@@ -80,7 +80,10 @@ SW_API int sw_buffer_expose(sw_buffer *h, sw_devmem *ptr, sw_lease **out)
         sw__pool_put(&sw__lease_pool, l);
         return rc;
     }
-    sw__hold_end_locked(dev, base); /* the consumer may write it */
+    /* The consumer may write it (unless it promised not to). */
+    sw__hold_end_locked(dev, base);
+    if (write)
+        sw__dirty_locked(dev, base);
     if (base->exposed++ == 0)
         sw__lru_remove_locked(dev, base);
     SW__TRACE(dev, SW_TRACE_LEASE, base, base->alloc_size, 0, base->exposed);
@@ -93,6 +96,17 @@ SW_API int sw_buffer_expose(sw_buffer *h, sw_devmem *ptr, sw_lease **out)
     *out = (sw_lease *)sw__handle_of(&sw__lease_pool, l);
     sw__unlock(dev);
     return SW_OK;
+}
+
+SW_API int sw_buffer_expose(sw_buffer *h, sw_devmem *ptr, sw_lease **out)
+{
+    return expose(h, ptr, out, true);
+}
+
+SW_API int sw_buffer_expose_read(sw_buffer *h, sw_devmem *ptr,
+                                 sw_lease **out)
+{
+    return expose(h, ptr, out, false);
 }
 
 SW_API int sw_lease_release(sw_lease *lease)

@@ -209,8 +209,12 @@ static int run_op(const sw_queue *qh, sw_kernel k, sw_buffer *out,
                                k == SW_KERNEL_FILL ? 0u : 7u);
     if (rc != SW_OK || n == 0)
         goto out;
+    /* The output is written, the operands only read (a clean copy among
+     * them stays clean); an output that is also an operand is written. */
+    static const unsigned char access[3] = {SW_ACCESS_WRITE, SW_ACCESS_READ,
+                                            SW_ACCESS_READ};
     sw_devmem p[3];
-    rc = sw__pin_all_locked(dev, q, bufs, nbufs, p);
+    rc = sw__pin_all_access_locked(dev, q, bufs, access, nbufs, p);
     if (rc != SW_OK)
         goto out;
     sw_kernel_args args;
@@ -225,8 +229,8 @@ static int run_op(const sw_queue *qh, sw_kernel k, sw_buffer *out,
         args.b = p[2];
     args.alpha = alpha;
     rc = sw__b_launch(dev, q ? q->bq : dev->q, &args);
-    for (size_t i = 0; i < nbufs; i++)
-        sw__unpin_locked(dev, bufs[i]->base);
+    /* Used at one time: a clean operand goes before the output (lru.c). */
+    sw__unpin_all_locked(dev, bufs, nbufs);
 out:
     sw__unlock(dev);
     return rc;
@@ -378,8 +382,9 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
         bufs[1] = sw__buf_of(tmp); /* ours, and we hold its lock */
         nbufs = 2;
     }
+    static const unsigned char access[2] = {SW_ACCESS_READ, SW_ACCESS_WRITE};
     sw_devmem p[2];
-    rc = sw__pin_all_locked(dev, NULL, bufs, nbufs, p);
+    rc = sw__pin_all_access_locked(dev, NULL, bufs, access, nbufs, p);
     if (rc != SW_OK)
         goto release;
     sw_devmem dst;
@@ -403,8 +408,7 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out)
         rc = sw__b_read(dev, &result, dst.base, dst.offset, sum_size(dtype));
     if (rc == SW_OK)
         rc = sw__wait_idle_locked(dev);
-    for (size_t i = 0; i < nbufs; i++)
-        sw__unpin_locked(dev, bufs[i]->base);
+    sw__unpin_all_locked(dev, bufs, nbufs);
     if (rc == SW_OK)
         *out = result;
 release:

@@ -203,8 +203,8 @@ static void xfer_finish_locked(sw_device *dev, sw__buf *base)
     if (kind == SW__XFER_RESTORE && rc == SW_OK)
         base->qmask &= ~SW__QMASK_RESTORE; /* landed: nothing to wait for */
     if (base->state == SW_RESIDENT && base->host != NULL &&
-        !base->hold_host) {
-        /* A restore's source, free now. */
+        !base->hold_host && !base->clean) {
+        /* A restore's source, written since (a clean copy keeps it). */
         sw__host_put_locked(dev, base->host, base->host_size,
                             base->host_pinned);
         base->host = NULL;
@@ -450,6 +450,8 @@ static bool cq_covers_locked(sw_device *dev, uint64_t tick)
     return tick <= dev->tl_done;
 }
 
+static void evict_clean_locked(sw_device *dev, sw__buf *b);
+
 /* One batch of sw__spill_locked: victims whose copies need no wait, or
  * one wait before the first.  *more: it stopped at a victim that needs a
  * wait, to leave it to the next batch. */
@@ -487,6 +489,16 @@ static int spill_batch_locked(sw_device *dev, uint64_t need,
             }
             b->last_use = ++dev->clock;
         }
+        /* A clean copy goes without copying: its host block already
+         * holds its data.  Its memory goes to the cache like any
+         * victim's, reused in stream order after the work queued on it
+         * (other queues' included: ordered above). */
+        if (b->clean) {
+            evict_clean_locked(dev, b);
+            *spilled += b->alloc_size;
+            total += b->alloc_size;
+            continue;
+        }
         /* A victim behind a wait ends the batch: the batch's readers
          * wait for its one event, which would then come after the wait
          * (a spilled array idle for steps waited for the step before's
@@ -515,6 +527,10 @@ static int spill_batch_locked(sw_device *dev, uint64_t need,
         bool pinned = b->host_pinned;
         bool fresh = host == NULL;
         if (fresh)
+            host = sw__host_get_locked(dev, b->size, &hsize, &pinned);
+        /* Short of host memory: the clean copies are the first to go. */
+        if (host == NULL && dev->host_copies > 0 &&
+            sw__clean_drop_locked(dev, b->alloc_size) > 0)
             host = sw__host_get_locked(dev, b->size, &hsize, &pinned);
         if (host == NULL) {
             b->tmp_next = skipped;
@@ -563,7 +579,7 @@ static int spill_batch_locked(sw_device *dev, uint64_t need,
     if (victims == NULL) {
         if (start != NULL)
             sw__b_event_release(dev->ops, start);
-        return rc;
+        return *spilled > 0 ? SW_OK : rc;
     }
 
     /* A mark for later spills' victims, used by then (best effort). */
@@ -735,25 +751,27 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
         dev->restores++;
         dev->restored_bytes_total += base->size;
         base->last_use = ++dev->clock;
+        /* Clean (below), before its key is taken. */
+        base->clean = true;
+        base->clean_uses = 0;
+        base->nrestores += base->nrestores != 255;
         if (base->exposed == 0)
             sw__lru_insert_locked(dev, base);
+        /* Clean: the host copy it came from stays, the same bytes, until
+         * something writes the buffer (sw__dirty_locked), and evicting it
+         * meanwhile copies nothing.  Held as well: the call that restored
+         * it may undo the restore, whatever it wrote. */
+        dev->host_copies += base->alloc_size;
         SW__TRACE(dev, SW_TRACE_RESTORE_BEGIN, base, base->alloc_size,
                   q ? (uint32_t)q->id : 0, prefetch);
-        /* Held: the host copy stays until the call commits (or undoes
-         * this restore, which then copies nothing). */
         base->hold_host = hold != 0;
         base->hold_token = hold;
         base->mem_from_cache = from_cache;
         if (x != NULL) {
-            xfer_attach_locked(dev, base, x); /* host back when done */
+            xfer_attach_locked(dev, base, x);
             if (defer)
                 base->qmask |= SW__QMASK_RESTORE;
         } else {
-            if (hold == 0) {
-                sw__host_put_locked(dev, base->host, base->host_size,
-                                    base->host_pinned);
-                base->host = NULL;
-            }
             SW__TRACE(dev, SW_TRACE_RESTORE_END, base, base->alloc_size, 0,
                       0);
         }
@@ -777,6 +795,10 @@ void sw__unrestore_locked(sw_device *dev, sw__buf *base)
         return;
     assert(base->state == SW_RESIDENT && base->host != NULL);
     base->hold_host = false;
+    if (base->clean) {
+        base->clean = false;
+        dev->host_copies -= base->alloc_size;
+    }
     sw__lru_remove_locked(dev, base);
     uintptr_t mem = base->mem;
     base->mem = 0;
@@ -796,13 +818,80 @@ void sw__hold_end_locked(sw_device *dev, sw__buf *base)
     if (!base->hold_host)
         return;
     base->hold_host = false;
-    /* With its copy in still in flight, its end gives the block back. */
-    if (base->xfer == NULL && base->state == SW_RESIDENT &&
+    /* A clean copy keeps its block; with its copy in still in flight, its
+     * end gives the block back. */
+    if (!base->clean && base->xfer == NULL && base->state == SW_RESIDENT &&
         base->host != NULL) {
         sw__host_put_locked(dev, base->host, base->host_size,
                             base->host_pinned);
         base->host = NULL;
     }
+}
+
+/* ------------------------------------------------------------------------
+ * Clean copies
+ * ---------------------------------------------------------------------- */
+
+/* Evict a clean base: its device memory goes (to the cache), its host
+ * block stays as its only copy.  pre: unpinned, not moving, out of the
+ * heap, other queues' work on it ordered before the default queue's. */
+static void evict_clean_locked(sw_device *dev, sw__buf *b)
+{
+    assert(b->clean && b->state == SW_RESIDENT && b->host != NULL);
+    uintptr_t mem = b->mem;
+    b->clean = false;
+    b->mem = 0;
+    b->state = SW_SPILLED;
+    dev->host_copies -= b->alloc_size;
+    dev->in_use -= b->alloc_size;
+    dev->spilled += b->alloc_size;
+    dev->spills++;
+    dev->clean_evictions++;
+    SW__TRACE(dev, SW_TRACE_SPILL_BEGIN, b, b->alloc_size, 0, 3);
+    SW__TRACE(dev, SW_TRACE_SPILL_END, b, b->alloc_size, 0, 3);
+    sw__cache_put_locked(dev, mem, b->alloc_size);
+}
+
+/* The clean copy of base ends; aux as SW_TRACE_HOST_COPY_DROP's. */
+static void clean_end_locked(sw_device *dev, sw__buf *base, uint64_t aux)
+{
+    base->clean = false;
+    dev->host_copies -= base->alloc_size;
+    SW__TRACE(dev, SW_TRACE_HOST_COPY_DROP, base, base->alloc_size, 0, aux);
+    /* A block a copy in still reads goes back when that copy ends, and
+     * one a held restore may go back to stays until the hold ends. */
+    if (!base->hold_host && base->xfer == NULL) {
+        sw__host_put_locked(dev, base->host, base->host_size,
+                            base->host_pinned);
+        base->host = NULL;
+    }
+}
+
+void sw__dirty_slow_locked(sw_device *dev, sw__buf *base)
+{
+    sw__assert_locked(dev);
+    assert(base->clean && base->state == SW_RESIDENT);
+    clean_end_locked(dev, base, 0);
+}
+
+uint64_t sw__clean_drop_locked(sw_device *dev, uint64_t need)
+{
+    sw__assert_locked(dev);
+    uint64_t got = 0;
+    /* Most recently used first: the likeliest to stay resident a while,
+     * so the least likely to be evicted (copy-free) soon.  The live list
+     * is in allocation order, newest first: near enough. */
+    for (sw__buf *b = dev->live; b != NULL && got < need; b = b->live_next) {
+        if (!b->clean || b->hold_host || b->xfer != NULL)
+            continue;
+        got += b->alloc_size;
+        clean_end_locked(dev, b, 1);
+    }
+    /* The blocks went to the pool: to the system with it, since what is
+     * short is the system's memory. */
+    if (got > 0)
+        sw__host_pool_drain_locked(dev);
+    return got;
 }
 
 int sw__make_resident_locked(sw_device *dev, sw__buf *base)

@@ -59,6 +59,8 @@ void sw__memory_info_locked(sw_device *dev, sw_memory_info *out)
     out->live_buffers = dev->live_count;
     out->host_pool = dev->hpool.bytes;
     out->host_pool_limit = dev->hpool.limit;
+    out->host_copies = dev->host_copies;
+    out->clean_evictions = dev->clean_evictions;
 }
 
 SW_API int sw_memory_info_get(sw_device *dev, sw_memory_info *out)
@@ -94,6 +96,7 @@ SW_API int sw_reset_counters(sw_device *dev)
     if (rc != SW_OK)
         return rc;
     dev->allocs = dev->frees = dev->spills = dev->restores = 0;
+    dev->clean_evictions = 0;
     dev->spilled_bytes_total = dev->restored_bytes_total = 0;
     dev->spill_seconds = dev->restore_seconds = 0;
     dev->alloc_retries = dev->ooms = dev->gc_runs = 0;

@@ -40,6 +40,7 @@ static const char *const kind_names[SW_TRACE_KIND_COUNT] = {
     [SW_TRACE_LEASE_RELEASE] = "lease_release",
     [SW_TRACE_QUEUE_CREATE] = "queue_create",
     [SW_TRACE_QUEUE_DESTROY] = "queue_destroy",
+    [SW_TRACE_HOST_COPY_DROP] = "host_copy_drop",
 };
 
 SW_API const char *sw_trace_kind_name(sw_trace_kind kind)
@@ -79,6 +80,7 @@ void sw__trace_emit(sw_device *dev, sw_trace_kind kind, const sw__buf *b,
         memcpy(ev.tag, b->base->tag, sizeof ev.tag);
     else
         ev.tag[0] = '\0';
+    ev.host_copies = dev->host_copies;
     t->recorded++;
     if (t->cap > 0)
         t->ring[ev.seq % t->cap] = ev;
@@ -385,18 +387,21 @@ static void write_chrome(FILE *f, const dump_copy *c)
     uint64_t t0 = c->n ? c->ev[0].time_ns : 0;
     fputs("{\"traceEvents\":[\n", f);
     chrome_meta(f, c);
-    uint64_t last[4] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
+    uint64_t last[5] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX,
+                        UINT64_MAX};
     for (size_t i = 0; i < c->n; i++) {
         const sw_trace_event *e = &c->ev[i];
         double ts = us(e->time_ns, t0);
         /* Counter tracks, when a total moved. */
         if (e->in_use != last[0] || e->cached != last[1] ||
-            e->spilled != last[2]) {
+            e->spilled != last[2] || e->host_copies != last[4]) {
             fprintf(f, ",\n{\"name\":\"memory\",\"ph\":\"C\",\"ts\":%.3f,"
                        "\"pid\":1,\"tid\":0,\"args\":{\"in_use\":%" PRIu64
-                       ",\"cached\":%" PRIu64 ",\"spilled\":%" PRIu64 "}}",
-                    ts, e->in_use, e->cached, e->spilled);
+                       ",\"cached\":%" PRIu64 ",\"spilled\":%" PRIu64
+                       ",\"host_copies\":%" PRIu64 "}}",
+                    ts, e->in_use, e->cached, e->spilled, e->host_copies);
             last[0] = e->in_use, last[1] = e->cached, last[2] = e->spilled;
+            last[4] = e->host_copies;
         }
         if (e->budget != last[3]) {
             fprintf(f, ",\n{\"name\":\"budget\",\"ph\":\"C\",\"ts\":%.3f,"

@@ -13,6 +13,14 @@
     X(backend_event_elapsed)                                                  \
     X(backend_wait_chain)                                                     \
     X(thread_backend_copy_queues)                                             \
+    /* test-clean.c */                                                        \
+    X(clean_evicted_twice_moves_once)                                         \
+    X(clean_every_write_dirties)                                              \
+    X(clean_first_among_equally_old)                                          \
+    X(clean_cold_copy_goes_first)                                             \
+    X(clean_bad_access_modes)                                                 \
+    X(clean_copies_given_up)                                                  \
+    X(thread_clean_copies)                                                    \
     /* test-inflight.c */                                                     \
     X(inflight_read_write)                                                    \
     X(inflight_reset_counters)                                                          \

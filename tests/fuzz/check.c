@@ -242,7 +242,8 @@ static void check_resource_failure(fz_engine *e, const char *call, int rc,
                 e->w->spec[d], (uint64_t)p->f, (uint64_t)m.f);
         SAME(in_use) SAME(cached) SAME(spilled) SAME(spills) SAME(restores)
         SAME(spilled_bytes_total) SAME(restored_bytes_total) SAME(allocs)
-        SAME(frees) SAME(live_buffers)
+        SAME(frees) SAME(live_buffers) SAME(host_copies)
+        SAME(clean_evictions)
 #undef SAME
     }
 }
@@ -418,6 +419,7 @@ static void monotone(fz_engine *e, int d, const sw_memory_info *o,
     if (!e->dm[d].counters_reset) {
         MONO(allocs) MONO(frees) MONO(spills) MONO(restores)
         MONO(spilled_bytes_total) MONO(restored_bytes_total)
+        MONO(clean_evictions)
         MONO(alloc_retries) MONO(ooms) MONO(gc_runs)
         if (m->spill_seconds < o->spill_seconds ||
             m->restore_seconds < o->restore_seconds)
@@ -569,6 +571,14 @@ static void check_device(fz_engine *e, int d, uint64_t went_out,
     if (m.peak < m.in_use)
         fz_fail(w, e, "%s: peak %" PRIu64 " < in_use %" PRIu64, w->spec[d],
                 m.peak, m.in_use);
+    /* Clean copies are of resident buffers, and their evictions are
+     * spills that copied nothing. */
+    if (m.host_copies > m.in_use)
+        fz_fail(w, e, "%s: host_copies %" PRIu64 " > in_use %" PRIu64,
+                w->spec[d], m.host_copies, m.in_use);
+    if (m.clean_evictions > m.spills)
+        fz_fail(w, e, "%s: clean_evictions %" PRIu64 " > spills %" PRIu64,
+                w->spec[d], m.clean_evictions, m.spills);
     /* peak_reserved: the highest in_use + cached since open or a reset. */
     if (m.peak_reserved < m.in_use + m.cached)
         fz_fail(w, e, "%s: peak_reserved %" PRIu64 " < in_use + cached %"

@@ -255,6 +255,12 @@ typedef struct fz_launch {
     int slot[FZ_LAUNCH_ARGS];
     sw_buffer *h[FZ_LAUNCH_ARGS];
     sw_devmem ptr[FZ_LAUNCH_ARGS];
+    /* Pinned with access modes (sw_launch_begin_access, _q_access): a
+     * kernel writes only an argument marked SW_ACCESS_WRITE, so that a
+     * write the core takes for a read would show as a lost write (a clean
+     * copy evicted over it) at the next check. */
+    bool has_access;
+    unsigned char access[FZ_LAUNCH_ARGS];
 } fz_launch;
 
 typedef struct fz_queue {

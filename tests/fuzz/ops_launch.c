@@ -62,13 +62,32 @@ static bool op_begin(fz_engine *e, fz_src *s)
     fz_note_more(e, " %s", mode == FZ_PIN_DEFAULT ? ""
                            : mode == FZ_PIN_HOST  ? "(for the host)"
                                                   : "(for a queue)");
+    /* Access modes, one bit per argument (1: read only), or none. */
+    uint8_t acc = fz_u8(s);
+    ln->has_access = acc >= 64;
+    for (int k = 0; k < n; k++)
+        ln->access[k] = ln->has_access && (acc >> k & 1u) ? SW_ACCESS_READ
+                                                          : SW_ACCESS_WRITE;
+    if (ln->has_access)
+        fz_note_more(e, " access %c%c%c%c", ln->access[0] ? 'r' : 'w',
+                     n > 1 ? (ln->access[1] ? 'r' : 'w') : '-',
+                     n > 2 ? (ln->access[2] ? 'r' : 'w') : '-',
+                     n > 3 ? (ln->access[3] ? 'r' : 'w') : '-');
+    const unsigned char *access = ln->has_access ? ln->access : NULL;
     sw_devmem ptr[FZ_LAUNCH_ARGS];
     memset(ptr, 0x5A, sizeof ptr);
     if (mode != FZ_PIN_DEFAULT)
         fz_order_before(e, devi, mode >= 0 ? mode : -1, ln->slot, n);
     int rc = mode == FZ_PIN_DEFAULT
-                 ? sw_launch_begin(e->w->dev[devi], ln->h, (size_t)n, ptr)
-                 : sw_launch_begin_q(qh, ln->h, (size_t)n, ptr);
+                 ? (access != NULL
+                        ? sw_launch_begin_access(e->w->dev[devi], ln->h,
+                                                 access, (size_t)n, ptr)
+                        : sw_launch_begin(e->w->dev[devi], ln->h, (size_t)n,
+                                          ptr))
+                 : (access != NULL
+                        ? sw_launch_begin_q_access(qh, ln->h, access,
+                                                   (size_t)n, ptr)
+                        : sw_launch_begin_q(qh, ln->h, (size_t)n, ptr));
     if (!fz_result(e, mode == FZ_PIN_DEFAULT ? "sw_launch_begin"
                                              : "sw_launch_begin_q",
                    rc, fz_expect_for(e, ln->slot, n), 0, NULL)) {
@@ -167,6 +186,12 @@ static bool op_kernel(fz_engine *e, fz_src *s)
     int o = (int)fz_below(s, (size_t)ln->n);
     int a = (int)fz_below(s, (size_t)ln->n);
     int b = (int)fz_below(s, (size_t)ln->n);
+    /* Every kernel writes its output (a sum too): one pinned for writing
+     * (the next such argument, if o was pinned read-only). */
+    for (int j = 0; ln->access[o] == SW_ACCESS_READ && j < ln->n; j++)
+        o = (o + 1) % ln->n;
+    if (ln->access[o] == SW_ACCESS_READ)
+        return false;
     fz_buf *bo = &e->buf[ln->slot[o]], *ba = &e->buf[ln->slot[a]],
            *bb = &e->buf[ln->slot[b]];
     size_t ro;

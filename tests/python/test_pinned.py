@@ -54,7 +54,7 @@ def execute(kernel, *arrays, outputs=(), queue=None):
     queue.native and the pins end in that stream's order.
     """
     device = arrays[0].device if arrays else None
-    with sw.pinned(*arrays, queue=queue) as views:
+    with sw.pinned(*arrays, queue=queue, access="r" * len(arrays)) as views:
         outs = [sw.empty(shape, dtype=dtype, device=device)
                 for shape, dtype in outputs]
         with sw.pinned(*outs, queue=queue) as out_views:

@@ -1,0 +1,137 @@
+"""Clean copies (issue 27): a restored array keeps the host copy it came
+from until something writes it, and evicting it meanwhile copies nothing.
+From Python: reads (operands, sums, host reads, pins with access "r")
+keep it; writes (in-place operators, item assignment, fill, a pin without
+"r", an export) end it; memory_stats() and the history carry the figures.
+"""
+
+import numpy as np
+import pytest
+
+import spillway as sw
+
+N = 1 << 16
+
+
+def spill_all(dev):
+    sw.set_memory_budget(1, dev)
+    sw.set_memory_budget(None, dev)
+
+
+def clean_array(dev, seed=1):
+    a = sw.asarray(np.arange(N, dtype=np.float32) + seed, device=dev)
+    spill_all(dev)
+    assert a.is_spilled
+    float(a.sum())  # brought back to be read: clean
+    assert not a.is_spilled
+    return a
+
+
+@pytest.mark.spills
+def test_clean_copy_evicts_without_copying(dev):
+    a = clean_array(dev)
+    s0 = sw.memory_stats(dev)
+    assert s0["host_copies"] == a.nbytes
+    spill_all(dev)
+    s1 = sw.memory_stats(dev)
+    assert a.is_spilled
+    assert s1["spilled_bytes_total"] == s0["spilled_bytes_total"]
+    assert s1["clean_evictions"] == s0["clean_evictions"] + 1
+    assert s1["host_copies"] == 0
+    np.testing.assert_array_equal(a.numpy(),
+                                  np.arange(N, dtype=np.float32) + 1)
+
+
+def _write_inplace(a):
+    a *= 1.0
+
+
+def _write_item(a):
+    a[3] = -1
+
+
+def _write_fill(a):
+    a.fill(7)
+
+
+def _write_pin(a):
+    with sw.pinned(a):
+        pass
+
+
+def _write_pin_w(a):
+    with sw.pinned(a, access="w"):
+        pass
+
+
+def _write_export(a):
+    if a.device.name.startswith("opencl"):
+        pytest.skip("no host consumer reads kDLOpenCL")
+    a.__dlpack__()
+
+
+def _read_sum(a):
+    float(a.sum())
+
+
+def _read_operand(a):
+    b = a + a
+    del b
+
+
+def _read_host(a):
+    a.numpy()
+
+
+def _read_pin(a):
+    with sw.pinned(a, access="r") as (v,):
+        assert v.readonly
+
+
+@pytest.mark.spills
+@pytest.mark.parametrize("use,writes", [
+    (_write_inplace, True), (_write_item, True), (_write_fill, True),
+    (_write_pin, True), (_write_pin_w, True), (_write_export, True),
+    (_read_sum, False), (_read_operand, False), (_read_host, False),
+    (_read_pin, False)])
+def test_writes_end_a_clean_copy_and_reads_keep_it(dev, use, writes):
+    a = clean_array(dev)
+    expect = a.numpy()
+    use(a)
+    sw.synchronize(dev)
+    expect = a.numpy()  # what it holds now, read before the eviction
+    s0 = sw.memory_stats(dev)
+    assert s0["host_copies"] == (0 if writes else a.nbytes)
+    spill_all(dev)
+    s1 = sw.memory_stats(dev)
+    copied = s1["spilled_bytes_total"] - s0["spilled_bytes_total"]
+    assert copied == (a.nbytes if writes else 0)
+    np.testing.assert_array_equal(a.numpy(), expect)
+
+
+def test_pinned_access_bad_input(dev):
+    a = sw.ones(8, device=dev)
+    with pytest.raises(ValueError, match="one per array"):
+        sw.pinned(a, access="rr")
+    with pytest.raises(ValueError, match="'r' \\(read\\) or 'w'"):
+        sw.pinned(a, access="x")
+    with pytest.raises(TypeError, match="access must be a str"):
+        sw.pinned(a, access=1)
+    with sw.pinned(a, a, access="rw") as (v1, v2):
+        assert v1.readonly and not v2.readonly
+    with sw.pinned(a, access=None) as (v,):
+        assert not v.readonly
+
+
+@pytest.mark.spills
+def test_history_carries_host_copies(dev):
+    with sw.memory_history(device=dev) as h:
+        a = clean_array(dev)
+        a *= 2.0
+        spill_all(dev)
+    events, _ = h.events()
+    kinds = [e["kind"] for e in events]
+    assert "host_copy_drop" in kinds
+    restores = [e for e in events if e["kind"] == "restore_begin"]
+    assert restores and restores[-1]["host_copies"] >= a.nbytes
+    assert events[-1]["host_copies"] == 0
