@@ -344,8 +344,17 @@ void fz_order_before(fz_engine *e, int devi, int q, const int *slots, int n)
             continue;
         fz_queue *fq = &e->queue[(other - 1) / FZ_NQUEUE]
                                 [(other - 1) % FZ_NQUEUE];
-        if (fq->live && fq->refs > 0) {
-            int rc = fz_sync_queue(e, fq->q);
+        /* A queue the engine let go of may still be held by a launch
+         * pinned for it (its raw kernels ran there): waited for through
+         * that launch's reference.  (Skipped, an op on another queue ran
+         * beside a raw fill still queued there -- found by the fuzzer.) */
+        sw_queue *held = fq->live && fq->refs > 0 ? fq->q : NULL;
+        for (int l = 0; held == NULL && l < FZ_NLAUNCH; l++)
+            if (e->launch[l].live && e->launch[l].qh != NULL &&
+                e->launch[l].qh == fq->q)
+                held = e->launch[l].qh;
+        if (held != NULL) {
+            int rc = fz_sync_queue(e, held);
             if (rc != SW_OK)
                 fz_fail(e->w, e, "sw_queue_synchronize: %s", fz_err(rc));
         }

@@ -384,6 +384,7 @@ static bool op_copy(fz_engine *e, fz_src *s)
     int rc = q >= 0 ? sw_buffer_copy_q(e->queue[devi][q].q, db->h, doff,
                                        sb->h, soff, n)
                     : sw_buffer_copy(db->h, doff, sb->h, soff, n);
+    fz_process_callbacks(e); /* a restore may have run them */
     if (!fz_result(e, "sw_buffer_copy", rc, ex, SW_ERR_INVALID_ARG,
                    overlap ? &snap : NULL))
         return true;
@@ -418,6 +419,7 @@ static bool op_fill(fz_engine *e, fz_src *s)
     fz_note(e, "fill handle %d [%zu, +%zu) with a %zu-byte pattern", i, off,
             n, ps);
     int rc = sw_buffer_fill(b->h, off, n, pat, ps);
+    fz_process_callbacks(e); /* a restore may have run them */
     if (!fz_result(e, "sw_buffer_fill", rc, fz_expect_for(e, slots, 1), 0,
                    NULL))
         return true;

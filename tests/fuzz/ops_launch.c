@@ -88,6 +88,11 @@ static bool op_begin(fz_engine *e, fz_src *s)
                         ? sw_launch_begin_q_access(qh, ln->h, access,
                                                    (size_t)n, ptr)
                         : sw_launch_begin_q(qh, ln->h, (size_t)n, ptr));
+    /* A restore may have run the pressure callbacks (one freeing a
+     * donated handle), before fz_result looks at every allocation's
+     * state.  (Missing, a begin that restored under an allocation fault
+     * read a handle its callback had freed -- found by the fuzzer.) */
+    fz_process_callbacks(e);
     if (!fz_result(e, mode == FZ_PIN_DEFAULT ? "sw_launch_begin"
                                              : "sw_launch_begin_q",
                    rc, fz_expect_for(e, ln->slot, n), 0, NULL)) {

@@ -49,6 +49,7 @@ static bool op_device_ptr(fz_engine *e, fz_src *s)
     fz_note(e, "device_ptr of handle %d", i);
     sw_devmem m = {7, 7};
     int rc = sw_buffer_device_ptr(e->buf[i].h, &m);
+    fz_process_callbacks(e); /* a restore may have run them */
     if (!fz_result(e, "sw_buffer_device_ptr", rc, fz_expect_for(e, slots, 1),
                    0, NULL)) {
         if (m.base != 0 || m.offset != 0)
