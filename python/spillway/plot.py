@@ -23,14 +23,14 @@ MIB = 1024.0 * 1024.0
 
 def load_history(path):
     """The timeline of a dump, normalized: a dict with ``device``, ``t``
-    (seconds), ``in_use``, ``cached``, ``spilled``, ``budget`` (lists of
-    the same length), ``spills`` and ``restores`` ([(t, bytes, tag)]),
+    (seconds), ``in_use``, ``cached``, ``spilled``, ``budget``,
+    ``host_copies`` (lists of the same length), ``spills`` and ``restores`` ([(t, bytes, tag)]),
     ``ooms`` ([(t, requested, tag)]), ``allocs`` ([(t, bytes, tag,
     site)]) and ``dropped``."""
     with open(path) as f:
         doc = json.load(f)
     h = dict(device="?", t=[], in_use=[], cached=[], spilled=[], budget=[],
-             spills=[], restores=[], ooms=[], allocs=[], dropped=0)
+             host_copies=[], spills=[], restores=[], ooms=[], allocs=[], dropped=0)
     if "traceEvents" in doc:
         _from_chrome(doc, h)
     elif doc.get("format") == "spillway-snapshot":
@@ -53,10 +53,11 @@ def _from_chrome(doc, h):
             budget = args.get("budget", 0)
             if h["t"]:
                 _append(h, t, h["in_use"][-1], h["cached"][-1],
-                        h["spilled"][-1], budget)
+                        h["spilled"][-1], budget, h["host_copies"][-1])
         elif ph == "C" and name == "memory":
             _append(h, t, args.get("in_use", 0), args.get("cached", 0),
-                    args.get("spilled", 0), budget)
+                    args.get("spilled", 0), budget,
+                    args.get("host_copies", 0))
         elif name in ("spill", "restore"):
             h[name + "s"].append((t, args.get("bytes", 0), args.get("tag")))
         elif name == "OOM":
@@ -76,7 +77,7 @@ def _from_snapshot(doc, h):
     for ev in events:
         t = (ev["time_ns"] - t0) / 1e9
         _append(h, t, ev["in_use"], ev["cached"], ev["spilled"],
-                ev["budget"])
+                ev["budget"], ev.get("host_copies", 0))
         kind = ev["kind"]
         if kind == "spill_end" and not ev["aux"]:
             h["spills"].append((t, ev["size"], ev["tag"]))
@@ -90,8 +91,9 @@ def _from_snapshot(doc, h):
                                 stack[0] if stack else None))
 
 
-def _append(h, t, in_use, cached, spilled, budget):
+def _append(h, t, in_use, cached, spilled, budget, host_copies):
     h["t"].append(t)
+    h["host_copies"].append(host_copies)
     h["in_use"].append(in_use)
     h["cached"].append(cached)
     h["spilled"].append(spilled)
@@ -121,6 +123,12 @@ def plot_memory_history(trace, out=None, title=None, holders=5):
                      labels=["in use", "cached", "spilled (host)"],
                      colors=["#4878d0", "#a1c9f4", "#ee854a"], step="post",
                      alpha=0.9)
+        if any(h["host_copies"]):
+            # Part of in use: resident buffers whose host copy, kept since
+            # their restore, still holds their bytes (evicted for free).
+            ax.step(t, [v / MIB for v in h["host_copies"]], where="post",
+                    color="#6a3d9a", linewidth=1.2, linestyle=":",
+                    label="clean host copies (of in use)")
         if any(h["budget"]):
             ax.step(t, [b / MIB if b else float("nan") for b in h["budget"]],
                     where="post", color="#d62728", linewidth=1.5,

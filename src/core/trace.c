@@ -488,9 +488,11 @@ static void write_event_json(FILE *f, const sw_trace_event *e)
                "\"queue\":%u,\"buffer\":%" PRIu64 ",\"size\":%" PRIu64
                ",\"aux\":%" PRIu64 ",\"in_use\":%" PRIu64
                ",\"cached\":%" PRIu64 ",\"spilled\":%" PRIu64
-               ",\"budget\":%" PRIu64 ",\"tag\":",
+               ",\"budget\":%" PRIu64 ",\"host_copies\":%" PRIu64
+               ",\"tag\":",
             e->seq, e->time_ns, kind_names[e->kind], e->queue, e->buffer,
-            e->size, e->aux, e->in_use, e->cached, e->spilled, e->budget);
+            e->size, e->aux, e->in_use, e->cached, e->spilled, e->budget,
+            e->host_copies);
     json_str(f, e->tag);
     fputc('}', f);
 }
@@ -506,11 +508,13 @@ static void write_snapshot(FILE *f, const dump_copy *c)
                ",\"device_free\":%" PRIu64 ",\"device_total\":%" PRIu64
                ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64
                ",\"spills\":%" PRIu64 ",\"restores\":%" PRIu64
-               ",\"ooms\":%" PRIu64 ",\"gc_runs\":%" PRIu64 "},\n"
-               "\"buffers\":[",
+               ",\"ooms\":%" PRIu64 ",\"gc_runs\":%" PRIu64
+               ",\"host_copies\":%" PRIu64 ",\"clean_evictions\":%" PRIu64
+               "},\n\"buffers\":[",
             now_ns(), m->in_use, m->peak, m->cached, m->spilled, m->budget,
             m->device_free, m->device_total, m->allocs, m->frees, m->spills,
-            m->restores, m->ooms, m->gc_runs);
+            m->restores, m->ooms, m->gc_runs, m->host_copies,
+            m->clean_evictions);
     for (size_t i = 0; i < c->nbufs; i++) {
         const sw_buffer_info *b = &c->bufs[i];
         fprintf(f, "%s\n{\"id\":%" PRIu64 ",\"tag\":", i ? "," : "", b->id);

@@ -135,3 +135,18 @@ def test_history_carries_host_copies(dev):
     restores = [e for e in events if e["kind"] == "restore_begin"]
     assert restores and restores[-1]["host_copies"] >= a.nbytes
     assert events[-1]["host_copies"] == 0
+
+
+@pytest.mark.spills
+@pytest.mark.parametrize("fmt", ["chrome", "snapshot"])
+def test_dumps_carry_host_copies(dev, tmp_path, fmt):
+    from spillway.plot import load_history
+    with sw.memory_history(device=dev) as h:
+        a = clean_array(dev)
+        a *= 2.0
+    path = tmp_path / ("h." + fmt)
+    h.dump(str(path), format=fmt)
+    hist = load_history(str(path))
+    assert len(hist["host_copies"]) == len(hist["t"])
+    assert max(hist["host_copies"]) == a.nbytes
+    assert hist["host_copies"][-1] == 0
