@@ -26,11 +26,13 @@ def load_history(path):
     (seconds), ``in_use``, ``cached``, ``spilled``, ``budget``,
     ``host_copies`` (lists of the same length), ``spills`` and ``restores`` ([(t, bytes, tag)]),
     ``ooms`` ([(t, requested, tag)]), ``allocs`` ([(t, bytes, tag,
-    site)]) and ``dropped``."""
+    site)]), ``moves`` ([(t, buffer, what, bytes, tag)], what one of
+    "alloc", "spill", "restore", "dirty", "free": each buffer's changes of
+    place, for the lanes) and ``dropped``."""
     with open(path) as f:
         doc = json.load(f)
     h = dict(device="?", t=[], in_use=[], cached=[], spilled=[], budget=[],
-             host_copies=[], spills=[], restores=[], ooms=[], allocs=[], dropped=0)
+             host_copies=[], moves=[], spills=[], restores=[], ooms=[], allocs=[], dropped=0)
     if "traceEvents" in doc:
         _from_chrome(doc, h)
     elif doc.get("format") == "spillway-snapshot":
@@ -59,13 +61,25 @@ def _from_chrome(doc, h):
                     args.get("spilled", 0), budget,
                     args.get("host_copies", 0))
         elif name in ("spill", "restore"):
-            h[name + "s"].append((t, args.get("bytes", 0), args.get("tag")))
+            if args.get("aux", 0) < 2:  # 2, 3: nothing was copied
+                h[name + "s"].append((t, args.get("bytes", 0),
+                                      args.get("tag")))
+            h["moves"].append((t, args.get("buffer"), name,
+                               args.get("bytes", 0), args.get("tag")))
         elif name == "OOM":
             h["ooms"].append((t, args.get("requested", 0), args.get("tag")))
         elif name == "alloc":
             stack = args.get("stack")
             h["allocs"].append((t, args.get("bytes", 0), args.get("tag"),
                                 stack[0] if stack else None))
+        if name in _MOVES and name not in ("spill", "restore"):
+            h["moves"].append((t, args.get("buffer"), _MOVES[name],
+                               args.get("bytes", 0), args.get("tag")))
+
+
+# Events that change where a buffer is, by their names in the history.
+_MOVES = {"alloc": "alloc", "free": "free", "host_copy_drop": "dirty",
+          "spill_begin": "spill", "restore_begin": "restore"}
 
 
 def _from_snapshot(doc, h):
@@ -79,6 +93,9 @@ def _from_snapshot(doc, h):
         _append(h, t, ev["in_use"], ev["cached"], ev["spilled"],
                 ev["budget"], ev.get("host_copies", 0))
         kind = ev["kind"]
+        if kind in _MOVES:
+            h["moves"].append((t, ev["buffer"], _MOVES[kind], ev["size"],
+                               ev["tag"]))
         if kind == "spill_end" and not ev["aux"]:
             h["spills"].append((t, ev["size"], ev["tag"]))
         elif kind == "restore_end" and not ev["aux"]:
@@ -100,9 +117,64 @@ def _append(h, t, in_use, cached, spilled, budget, host_copies):
     h["budget"].append(budget)
 
 
-def plot_memory_history(trace, out=None, title=None, holders=5):
+# Lane colours: where a buffer is.
+_PLACES = {"resident": ("#4878d0", "on the device"),
+           "clean": ("#8c7ae6", "on the device, clean host copy"),
+           "spilled": ("#ee854a", "spilled (host)")}
+
+
+def buffer_lanes(h, lanes=8):
+    """The largest buffers of a loaded history (``load_history``: by bytes
+    held over time), each
+    as (label, [(start, end, place)]), place one of "resident", "clean"
+    (resident with a clean host copy) and "spilled"; in the order they
+    first appear."""
+    if not h["t"]:
+        return []
+    t0, t1 = h["t"][0], h["t"][-1]
+    per = {}
+    for when, buf, what, size, tag in h["moves"]:
+        if buf:
+            per.setdefault(buf, []).append((when, what, size, tag))
+    size_of = {b: max(m[2] for m in ms) for b, ms in per.items()}
+    first = {b: ms[0][0] for b, ms in per.items()}
+    # The largest by bytes held over time (a big buffer freed at once
+    # matters less than one that lived through the run).
+    last = {b: ms[-1][0] if ms[-1][1] == "free" else t1
+            for b, ms in per.items()}
+    weight = {b: size_of[b] * max(last[b] - (t0 if ms[0][1] != "alloc"
+                                             else first[b]), 1e-9)
+              for b, ms in per.items()}
+    chosen = sorted(per, key=lambda b: (-weight[b], first[b]))[:lanes]
+    out = []
+    for b in sorted(chosen, key=lambda b: first[b]):
+        ms = per[b]
+        what0 = ms[0][1]
+        # Before its first event: where that event says it was.
+        place = {"spill": "resident", "restore": "spilled",
+                 "dirty": "clean", "free": "resident"}.get(what0)
+        start = t0
+        segs = []
+        for when, what, _, _ in ms:
+            nxt = {"alloc": "resident", "spill": "spilled",
+                   "restore": "clean", "dirty": "resident",
+                   "free": None}[what]
+            if place is not None and when > start:
+                segs.append((start, when, place))
+            place, start = nxt, when
+        if place is not None and t1 > start:
+            segs.append((start, t1, place))
+        tag = next((m[3] for m in ms if m[3]), None) or "(untagged)"
+        out.append(("%s %.1f MiB" % (tag, size_of[b] / MIB), segs))
+    return out
+
+
+def plot_memory_history(trace, out=None, title=None, holders=5, lanes=8):
     """Draw the memory history in ``trace`` (a path) to ``out`` (a PNG path,
-    default: the trace's path with .png).  Returns ``out``."""
+    default: the trace's path with .png): the device's totals over time,
+    and below them the ``lanes`` largest buffers, each showing when it was
+    on the device (with or without a clean host copy) and when spilled.
+    Returns ``out``."""
     try:
         import matplotlib
     except ImportError as e:
@@ -114,7 +186,14 @@ def plot_memory_history(trace, out=None, title=None, holders=5):
     h = load_history(trace)
     if out is None:
         out = os.path.splitext(os.fspath(trace))[0] + ".png"
-    fig, ax = plt.subplots(figsize=(11, 5.5), dpi=100)
+    rows = buffer_lanes(h, lanes) if lanes > 0 else []
+    if rows:
+        fig, (ax, lx) = plt.subplots(
+            2, 1, sharex=True, figsize=(11, 5.5 + 0.3 * len(rows)), dpi=100,
+            gridspec_kw={"height_ratios": [5.5, 0.3 * len(rows) + 0.6]})
+    else:
+        fig, ax = plt.subplots(figsize=(11, 5.5), dpi=100)
+        lx = None
     t = h["t"]
     if t:
         ax.stackplot(t, [v / MIB for v in h["in_use"]],
@@ -165,7 +244,25 @@ def plot_memory_history(trace, out=None, title=None, holders=5):
                     bbox=dict(boxstyle="round,pad=0.2", fc="white",
                               ec="gray", lw=0.5, alpha=0.85),
                     arrowprops=dict(arrowstyle="-", color="gray", lw=0.5))
-    ax.set_xlabel("seconds")
+    if lx is not None:
+        for i, (label, segs) in enumerate(rows):
+            for place in _PLACES:
+                bars = [(a, b - a) for a, b, p in segs if p == place]
+                if bars:
+                    lx.broken_barh(bars, (i - 0.4, 0.8),
+                                   color=_PLACES[place][0])
+        lx.set_yticks(range(len(rows)))
+        lx.set_yticklabels([r[0] for r in rows], fontsize=7)
+        lx.invert_yaxis()
+        lx.set_xlabel("seconds")
+        lx.grid(True, axis="x", alpha=0.3)
+        from matplotlib.patches import Patch
+        lx.legend(handles=[Patch(color=c, label=n)
+                           for c, n in _PLACES.values()],
+                  loc="lower right", bbox_to_anchor=(1.0, 1.0),
+                  fontsize=7, ncol=3, frameon=False)
+    else:
+        ax.set_xlabel("seconds")
     ax.set_ylabel("MiB")
     name = title or "spillway memory history: %s" % h["device"]
     if h["dropped"]:
@@ -199,10 +296,13 @@ def main(argv=None):
     p.add_argument("--title", help="the picture's title")
     p.add_argument("--holders", type=int, default=5,
                    help="how many of the largest allocations to label")
+    p.add_argument("--lanes", type=int, default=8,
+                   help="how many of the largest buffers to draw as lanes "
+                   "(where each was, over time); 0 for none")
     args = p.parse_args(argv)
     try:
         out = plot_memory_history(args.trace, args.output, args.title,
-                                  args.holders)
+                                  args.holders, args.lanes)
     except (OSError, ValueError, KeyError) as e:
         print("spillway plot: %s" % e, file=sys.stderr)
         return 1

@@ -430,9 +430,9 @@ static void write_chrome(FILE *f, const dump_copy *c)
             else
                 fputs("\"s\":\"t\",", f);
             fprintf(f, "\"pid\":1,\"tid\":%u,\"args\":{\"buffer\":%" PRIu64
-                       ",\"bytes\":%" PRIu64 ",\"tag\":",
+                       ",\"bytes\":%" PRIu64 ",\"aux\":%" PRIu64 ",\"tag\":",
                     pressure ? (unsigned)TID_PRESSURE : e->queue, e->buffer,
-                    e->size);
+                    e->size, e->aux);
             json_str(f, e->tag);
             if (j != SIZE_MAX)
                 fprintf(f, ",\"%s\":%" PRIu64, pressure ? "freed" : "failed",

@@ -150,3 +150,28 @@ def test_dumps_carry_host_copies(dev, tmp_path, fmt):
     assert len(hist["host_copies"]) == len(hist["t"])
     assert max(hist["host_copies"]) == a.nbytes
     assert hist["host_copies"][-1] == 0
+
+
+@pytest.mark.spills
+@pytest.mark.parametrize("fmt", ["chrome", "snapshot"])
+def test_lanes_show_where_a_buffer_was(dev, tmp_path, fmt):
+    from spillway.plot import buffer_lanes, load_history
+    with sw.memory_history(device=dev) as h:
+        a = sw.asarray(np.arange(N, dtype=np.float32), device=dev)
+        small = sw.ones(8, device=dev)
+        spill_all(dev)
+        float(a.sum())  # back, clean
+        a *= 2.0        # written: resident, no host copy
+        del small
+    path = tmp_path / ("h." + fmt)
+    h.dump(str(path), format=fmt)
+    lanes = buffer_lanes(load_history(str(path)), lanes=1)
+    assert len(lanes) == 1  # the largest: a
+    label, segs = lanes[0]
+    assert "%.1f MiB" % (a.nbytes / 2**20) in label
+    places = [p for _, _, p in segs]
+    # Collapsed runs: on the device, spilled, back with a clean copy,
+    # then written.
+    runs = [p for i, p in enumerate(places) if i == 0 or places[i - 1] != p]
+    assert runs == ["resident", "spilled", "clean", "resident"]
+    assert all(b >= a_ for a_, b, _ in segs)
