@@ -285,6 +285,14 @@ typedef struct sw_memory_info {
     uint64_t host_copies;
     uint64_t clean_evictions; /* evictions that copied nothing (counted in
                                * `spills` too) */
+    /* The disk tier (sw_set_host_budget): the host budget (0: none), the
+     * bytes of spilled buffers whose only copy is in the spill file
+     * (counted in `spilled` too, rounded), and the bytes written to and
+     * read from that file with the seconds they took. */
+    uint64_t host_budget;
+    uint64_t spilled_disk;
+    uint64_t disk_write_bytes, disk_read_bytes;
+    double disk_write_seconds, disk_read_seconds;
 } sw_memory_info;
 
 /* Sizes are rounded up to a multiple of this (the unit of in_use).  A
@@ -338,6 +346,23 @@ SW_API int sw_empty_cache(sw_device *dev);
  * its bound, which is $SPILLWAY_HOST_POOL at open (a size such as "2G")
  * or 1 GiB; a block holding spilled data counts in `spilled`. */
 SW_API int sw_set_host_pool_limit(sw_device *dev, uint64_t bytes);
+
+/* A bound on the host memory spillway holds for the device: spilled
+ * copies, clean copies (host_copies) and the idle staging pool.  Past it
+ * the clean copies go first, then the pool's idle blocks, then the least
+ * recently used spilled copies are written to a file under
+ * $SPILLWAY_SPILL_DIR (default $TMPDIR, else /tmp; made when first needed
+ * and unlinked at once) and read back when used: restored, or read from
+ * the host.  Copies still in flight, and pinned buffers, may hold it past
+ * the bound for a while.  A write that fails (a full disk, an I/O error,
+ * a directory that is gone) leaves the buffer in host memory, intact, and
+ * the call that needed the room fails with SW_ERR_HOST_OOM saying why.
+ * 0 removes the bound.  At open: $SPILLWAY_HOST_BUDGET (bytes, a size
+ * such as "8G", or a fraction of the machine's memory such as "0.25").
+ * Setting it moves what must move now; a write that fails leaves its
+ * buffer in host memory and the budget still stands (SW_OK). */
+SW_API int sw_set_host_budget(sw_device *dev, uint64_t bytes);
+SW_API int sw_get_host_budget(sw_device *dev, uint64_t *bytes);
 /* Give every idle block of the pool back to the system, the clean copies
  * of resident buffers (host_copies: their next eviction copies again),
  * and the blocks of restores whose copies in are still in flight (a
@@ -814,8 +839,13 @@ typedef enum sw_trace_kind {
                                    * [host_copies -size]: aux 0, its device
                                    * memory written; aux 1, host memory
                                    * was short or released */
+    SW_TRACE_DISK_WRITE = 21, /* a spilled buffer's host copy went to the
+                               * spill file [spilled_disk +size] */
+    SW_TRACE_DISK_READ = 22,  /* ...and came back to host memory
+                               * [spilled_disk -size] */
+    SW_TRACE_HOST_BUDGET = 23, /* the host budget was set to aux */
 } sw_trace_kind;
-#define SW_TRACE_KIND_COUNT 21
+#define SW_TRACE_KIND_COUNT 24
 
 /* "alloc", "free", "cache_hit", ... ; NULL for an unknown kind. */
 SW_API const char *sw_trace_kind_name(sw_trace_kind kind);
@@ -832,6 +862,7 @@ typedef struct sw_trace_event {
     uint64_t in_use, cached, spilled, budget; /* totals after the event */
     char tag[SW_TAG_MAX + 1];
     uint64_t host_copies; /* total after the event (sw_memory_info's) */
+    uint64_t spilled_disk; /* the same */
 } sw_trace_event;
 
 typedef struct sw_trace_options {
@@ -886,6 +917,8 @@ typedef enum sw_fault_op {
                          * them reports SW_ERR_HOST_OOM.  With dev NULL: the
                          * calling thread's allocations made while it holds
                          * no device lock (opening devices, order records). */
+    SW_FAULT_DISK = 3,  /* writes to and reads from the spill file fail as
+                         * with EIO (sw_set_host_budget)                */
 } sw_fault_op;
 
 /* Make the nth (1-based) next call of op fail; with persistent != 0, that

@@ -390,8 +390,11 @@ static PyObject *mod_inject_fault(PyObject *m, PyObject *args, PyObject *kwds)
         fop = SW_FAULT_ALLOC;
     } else if (op != NULL && strcmp(op, "copy") == 0) {
         fop = SW_FAULT_COPY;
+    } else if (op != NULL && strcmp(op, "disk") == 0) {
+        fop = SW_FAULT_DISK;
     } else {
-        PyErr_SetString(PyExc_ValueError, "op must be 'alloc' or 'copy'");
+        PyErr_SetString(PyExc_ValueError,
+                        "op must be 'alloc', 'copy' or 'disk'");
         return NULL;
     }
     unsigned long long nth = PyLong_AsUnsignedLongLong(nth_obj);

@@ -121,6 +121,8 @@ _METRICS = {
     "spillway_restored_bytes": "restored_bytes_total",
     "spillway_gc_runs": "gc_runs",
     "spillway_ooms": "ooms",
+    "spillway_spilled_disk": "spilled_disk",
+    "spillway_host_copies": "host_copies",
 }
 
 
@@ -144,14 +146,14 @@ def _worker_index(name):
     return 0
 
 
-def _check_size_arg(what, value, fractions):
+def _check_size_arg(what, value, fractions, of="the device"):
     if value is None:
         return
     ok = (isinstance(value, (int, str)) and not isinstance(value, bool)) or \
         (fractions and isinstance(value, float))
     if not ok:
         kinds = "bytes (an int), a size ('512M')" + \
-            (", a fraction of the device (0.5)" if fractions else "")
+            (f", a fraction of {of} (0.5)" if fractions else "")
         raise TypeError(f"SpillwayPlugin {what}= takes {kinds} or None, "
                         f"not {type(value).__name__}")
 
@@ -170,6 +172,11 @@ class SpillwayPlugin(WorkerPlugin):
       host memory.  A budget larger than the device fails the worker start.
     host_pool: the bound of the device's host staging pool (bytes or a size
       string); None leaves ``$SPILLWAY_HOST_POOL`` (or 1 GiB).
+    host_budget: the bound on the host memory the worker's device holds
+      for spilled arrays (bytes, a size string, or a fraction of the
+      machine's memory, ``0.25``): past it, spilled arrays go to files
+      under ``$SPILLWAY_SPILL_DIR`` (``sw.set_host_budget``); None leaves
+      ``$SPILLWAY_HOST_BUDGET`` (or no bound).
 
     A configuration that cannot work (no such device, a malformed size, a
     budget larger than the device) raises ``ValueError`` in setup, which
@@ -180,31 +187,38 @@ class SpillwayPlugin(WorkerPlugin):
     name = "spillway"
     idempotent = False
 
-    def __init__(self, device=None, budget=None, host_pool=None):
+    def __init__(self, device=None, budget=None, host_pool=None,
+                 host_budget=None):
         if device is not None and not isinstance(device, (str, sw.Device)):
             raise TypeError("SpillwayPlugin device= takes a spec ('sim:0'), "
                             "a kind ('sim') or None, not "
                             f"{type(device).__name__}")
         _check_size_arg("budget", budget, fractions=True)
         _check_size_arg("host_pool", host_pool, fractions=False)
+        _check_size_arg("host_budget", host_budget, fractions=True,
+                        of="the machine's memory")
         # A Device is sent to the workers as its spec.
         self.device_spec = device.name if isinstance(device, sw.Device) \
             else device
         self.budget = budget
         self.host_pool = host_pool
+        self.host_budget = host_budget
         self.device = None
         self.worker_name = None
 
     def __repr__(self):
         return (f"SpillwayPlugin(device={self.device_spec!r}, "
-                f"budget={self.budget!r}, host_pool={self.host_pool!r})")
+                f"budget={self.budget!r}, host_pool={self.host_pool!r}, "
+                f"host_budget={self.host_budget!r})")
 
     # Only the configuration travels; the opened device stays behind.
     def __getstate__(self):
         return {"device_spec": self.device_spec, "budget": self.budget,
-                "host_pool": self.host_pool}
+                "host_pool": self.host_pool,
+                "host_budget": self.host_budget}
 
     def __setstate__(self, state):
+        self.host_budget = None  # pickled before host_budget= existed
         self.__dict__.update(state)
         self.device = None
         self.worker_name = None
@@ -268,6 +282,7 @@ class SpillwayPlugin(WorkerPlugin):
     def _open(self, worker_name):
         dev = sw.Device(self.spec_for(worker_name))
         before = sw.get_memory_budget(dev)
+        host_before = sw.memory_stats(dev)["host_budget"]
         try:
             if self.budget is not None:
                 total = sw.memory_info(dev).device_total
@@ -279,8 +294,11 @@ class SpillwayPlugin(WorkerPlugin):
                         f"than {dev.name}, which has {total} bytes")
             if self.host_pool is not None:
                 sw.set_host_pool_limit(self.host_pool, dev)
+            if self.host_budget is not None:
+                sw.set_host_budget(self.host_budget, dev)
         except BaseException:
             sw.set_memory_budget(before, dev)  # a failed setup changes nothing
+            sw.set_host_budget(host_before, dev)
             raise
         # max_reserved then tells the most this worker held at once.
         sw.reset_peak_memory(dev)
@@ -385,11 +403,14 @@ def worker_stats(dask_worker=None):
 
 def plugin_from_config():
     """A SpillwayPlugin from Dask's config: ``spillway.device``,
-    ``spillway.budget``, ``spillway.host-pool`` (each may be unset)."""
+    ``spillway.budget``, ``spillway.host-pool``, ``spillway.host-budget``
+    (each may be unset)."""
     return SpillwayPlugin(device=dask.config.get("spillway.device", None),
                           budget=dask.config.get("spillway.budget", None),
                           host_pool=dask.config.get("spillway.host-pool",
-                                                    None))
+                                                    None),
+                          host_budget=dask.config.get("spillway.host-budget",
+                                                      None))
 
 
 async def dask_setup(server):
@@ -425,13 +446,15 @@ class LocalSpillwayCluster(LocalCluster):
       gets ``kind:k``; for ``cuda`` (with worker processes) worker *k* sees
       the GPUs with ``CUDA_VISIBLE_DEVICES`` rotated to start at its own, as
       dask-cuda does, and opens ``cuda:0``.
-    budget, host_pool: each worker's (SpillwayPlugin's arguments).
+    budget, host_pool, host_budget: each worker's (SpillwayPlugin's
+      arguments).
     threads_per_worker: 1 by default; other LocalCluster arguments
       (``processes``, ``memory_limit``, ...) pass through.
     """
 
     def __init__(self, n_workers=None, device="sim", budget=None,
-                 host_pool=None, threads_per_worker=1, **kwargs):
+                 host_pool=None, threads_per_worker=1, host_budget=None,
+                 **kwargs):
         if not isinstance(device, str) or ":" in device:
             raise ValueError(f"LocalSpillwayCluster device= takes a kind "
                              f"such as 'sim' or 'cuda', not {device!r}")
@@ -452,11 +475,12 @@ class LocalSpillwayCluster(LocalCluster):
                    if device == "sim" else ""))
         # Checked here too, so that a wrong argument fails at once and not
         # in every worker.
-        SpillwayPlugin(device, budget, host_pool)
+        SpillwayPlugin(device, budget, host_pool, host_budget)
         self._sw_kind = device
         self._sw_specs = specs
         self._sw_budget = budget
         self._sw_host_pool = host_pool
+        self._sw_host_budget = host_budget
         super().__init__(n_workers=0, threads_per_worker=threads_per_worker,
                          **kwargs)
         self.scale(n_workers)
@@ -483,7 +507,8 @@ class LocalSpillwayCluster(LocalCluster):
         plugins = [p for p in options.get("plugins", ())
                    if not isinstance(p, SpillwayPlugin)]
         plugins.append(SpillwayPlugin(device, self._sw_budget,
-                                      self._sw_host_pool))
+                                      self._sw_host_pool,
+                                      self._sw_host_budget))
         options["plugins"] = plugins
         spec["options"] = options
         return {k: spec}

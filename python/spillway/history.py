@@ -193,7 +193,8 @@ def memory_history_events(device=None):
     dicts, oldest first."""
     events, dropped = _C._trace_events(_device(device))
     keys = ("seq", "time_ns", "kind", "queue", "buffer", "size", "aux",
-            "in_use", "cached", "spilled", "budget", "tag", "host_copies")
+            "in_use", "cached", "spilled", "budget", "tag", "host_copies",
+            "spilled_disk")
     return [dict(zip(keys, e)) for e in events], dropped
 
 

@@ -7,6 +7,7 @@
 #include "device.h"
 
 #include <math.h>
+#include <unistd.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------------
@@ -215,7 +216,13 @@ static PyObject *stats_dict(const sw_memory_info *m)
         put_u(d, "host_pool", m->host_pool) < 0 ||
         put_u(d, "host_pool_limit", m->host_pool_limit) < 0 ||
         put_u(d, "host_copies", m->host_copies) < 0 ||
-        put_u(d, "clean_evictions", m->clean_evictions) < 0;
+        put_u(d, "clean_evictions", m->clean_evictions) < 0 ||
+        put_opt(d, "host_budget", m->host_budget != 0, m->host_budget) < 0 ||
+        put_u(d, "spilled_disk", m->spilled_disk) < 0 ||
+        put_u(d, "disk_write_bytes", m->disk_write_bytes) < 0 ||
+        put_u(d, "disk_read_bytes", m->disk_read_bytes) < 0 ||
+        put_f(d, "disk_write_seconds", m->disk_write_seconds) < 0 ||
+        put_f(d, "disk_read_seconds", m->disk_read_seconds) < 0;
     if (bad)
         Py_CLEAR(d);
     return d;
@@ -410,7 +417,65 @@ static PyObject *mod_set_host_pool_limit(PyObject *m, PyObject *const *args,
     Py_RETURN_NONE;
 }
 
+/* set_host_budget(nbytes, device=None): bound the host memory spillway
+ * holds for the device (spilled and clean copies, the idle pool); past it
+ * spilled copies go to files under $SPILLWAY_SPILL_DIR.  Bytes, a size
+ * string, a fraction of the machine's memory (a float in (0, 1]), or None
+ * (no bound). */
+static PyObject *mod_set_host_budget(PyObject *m, PyObject *const *args,
+                                     Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"nbytes", "device"};
+    PyObject *v[2];
+    if (sw_py_parse_args("set_host_budget", args, nargs, kwnames, names, 2,
+                         2, 1, v) < 0)
+        return NULL;
+    sw_py_state *st = sw_py_module_state(m);
+    if (PyBool_Check(v[0])) {
+        PyErr_SetString(PyExc_TypeError, "set_host_budget() takes bytes, a "
+                        "size, a fraction of the machine's memory or None, "
+                        "not a bool");
+        return NULL;
+    }
+    DeviceObject *d = sw_py_resolve_device(st, v[1]);
+    if (d == NULL)
+        return NULL;
+    uint64_t bytes = 0;
+    if (v[0] == Py_None) {
+        bytes = 0;
+    } else if (PyFloat_Check(v[0])) {
+        double f = PyFloat_AsDouble(v[0]);
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (!(f > 0 && f <= 1) || pages <= 0 || page <= 0) {
+            PyErr_Format(PyExc_ValueError, "set_host_budget(): a fraction "
+                         "of the machine's memory is in (0, 1], not %R",
+                         v[0]);
+            Py_DECREF(d);
+            return NULL;
+        }
+        bytes = (uint64_t)(f * (double)pages * (double)page);
+    } else if (sw_py_parse_budget(st, v[0], d, &bytes) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    int rc;
+    SW_PY_DEVICE_CALL(d, rc, sw_set_host_budget(dev_, bytes));
+    Py_DECREF(d);
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef stats_methods[] = {
+    FASTKW("set_host_budget", mod_set_host_budget,
+           "set_host_budget(nbytes, device=None)\n--\n\nBound the host "
+           "memory spillway holds for the device (spilled copies, clean "
+           "copies, the idle staging pool) to nbytes: bytes, a size "
+           "('8G'), a fraction of the machine's memory (0.25), or None for "
+           "no bound.  Past it the least recently used spilled copies go to "
+           "a file under $SPILLWAY_SPILL_DIR (default: the temporary "
+           "directory) and come back when used.  memory_stats() shows "
+           "host_budget, spilled_disk and the disk traffic."),
     FASTKW("memory_stats", mod_memory_stats,
            "memory_stats(device=None)\n--\n\nA dict of the device's figures: "
            "every field of memory_info(), reserved (in_use + cached), "

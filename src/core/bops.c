@@ -27,6 +27,11 @@ static bool fault_hits(sw_device *dev, sw_fault_op op)
     return countdown_hits(&dev->fault[op]);
 }
 
+bool sw__fault_hits(sw_device *dev, sw_fault_op op)
+{
+    return fault_hits(dev, op);
+}
+
 /* ------------------------------------------------------------------------
  * Host memory.  Every host allocation of the library (core and backends)
  * comes through here, so SW_FAULT_HOST_ALLOC reaches each of them: it

@@ -237,6 +237,7 @@ static void release_base_locked(sw_device *dev, sw__buf *base)
         dev->host_copies -= base->alloc_size;
     }
     if (base->state == SW_SPILLED) {
+        sw__disk_release_locked(dev, base);
         dev->spilled -= base->alloc_size;
         SW__TRACE(dev, SW_TRACE_FREE, base, base->alloc_size, 0, 1);
     } else {
@@ -562,6 +563,20 @@ static int host_access_locked(sw_device *dev, sw__buf *buf, size_t offset,
     }
     if (rc == SW_OK && base->lost)
         rc = sw__xfer_wait_locked(dev, base); /* says why */
+    if (rc == SW_OK && base->state == SW_SPILLED && base->on_disk) {
+        /* In the spill file (disk.c): a read is served from it; a write
+         * brings the copy back into host memory first, so that a write
+         * that fails half-way changes nothing. */
+        if (!write) {
+            rc = sw__disk_pread_locked(dev, base, off, p, n);
+            sw__unpin_locked(dev, base);
+            return rc;
+        }
+        base->moving = true;
+        rc = sw__disk_read_locked(dev, base);
+        base->moving = false;
+        pthread_cond_broadcast(&dev->moved);
+    }
     if (rc == SW_OK) {
         /* Another call's restore, held: a write must not be undone; and
          * a clean copy is one no longer. */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------
  * Backends and the registry
@@ -384,6 +385,28 @@ static void reset_state(sw_device *dev)
     sw__cache_init(&dev->cache);
 }
 
+/* SPILLWAY_HOST_BUDGET: a size ("8G", bytes) or a fraction of the
+ * machine's memory (a number below 1 with a point: "0.25"). */
+static int parse_host_budget(const char *s, uint64_t *out)
+{
+    char *end = NULL;
+    if (strchr(s, '.') != NULL && strpbrk(s, "KMGTPkmgtpBb") == NULL) {
+        double f = strtod(s, &end);
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (end != s && *end == '\0' && f > 0 && f <= 1 && pages > 0 &&
+            page > 0) {
+            *out = (uint64_t)(f * (double)pages * (double)page);
+            return SW_OK;
+        }
+    } else if (sw_parse_size(s, out) == SW_OK) {
+        return SW_OK;
+    }
+    return sw__errorf(SW_ERR_INVALID_ARG, "SPILLWAY_HOST_BUDGET='%.60s' is "
+                      "neither a size (bytes with an optional unit, e.g. 8G) "
+                      "nor a fraction of the machine's memory (e.g. 0.25)",
+                      s);
+}
+
 /* Under the registry lock. */
 static int open_registered(const char *spec, size_t bi, int index,
                        sw_device **out)
@@ -428,6 +451,13 @@ static int open_registered(const char *spec, size_t bi, int index,
         return sw__errorf(SW_ERR_INVALID_ARG, "SPILLWAY_HOST_POOL='%.60s' "
                           "is not a size (expected bytes with an optional "
                           "unit, e.g. 2G or 512M)", hp);
+    /* The host budget (disk.c): bytes, a size, or a fraction of the
+     * machine's memory ("0.25"). */
+    uint64_t host_budget = 0;
+    const char *hb = getenv("SPILLWAY_HOST_BUDGET");
+    if (hb != NULL && hb[0] != '\0' &&
+        (rc = parse_host_budget(hb, &host_budget)) != SW_OK)
+        return rc;
     sw__bdev *b = NULL;
     sw__device_props props;
     memset(&props, 0, sizeof props);
@@ -446,6 +476,7 @@ static int open_registered(const char *spec, size_t bi, int index,
     dev->q = sw__b_default_queue(dev);
     dev->copyq = sw__b_copy_queue(dev);
     dev->hpool.limit = host_pool_limit;
+    dev->host_budget = host_budget;
     dev->refs = 1;
     sw__unlock(dev);
     *out = dev;
@@ -528,6 +559,7 @@ SW_API int sw_device_close(sw_device *dev)
     sw__xfer_close_locked(dev);
     sw__cache_drain_locked(dev);
     sw__host_pool_drain_locked(dev);
+    sw__disk_close_locked(dev);
     sw__trace_close_locked(dev);
     if (dev->scratch != 0)
         (void)sw__b_free(dev, dev->scratch, SW_ALLOC_GRANULARITY);
@@ -719,7 +751,7 @@ SW_API int sw_inject_fault(sw_device *dev, sw_fault_op op, uint64_t nth,
                            int persistent)
 {
     if (op != SW_FAULT_ALLOC && op != SW_FAULT_COPY &&
-        op != SW_FAULT_HOST_ALLOC)
+        op != SW_FAULT_HOST_ALLOC && op != SW_FAULT_DISK)
         return sw__errorf(SW_ERR_INVALID_ARG, "unknown fault op %d", (int)op);
     if (dev == NULL && op == SW_FAULT_HOST_ALLOC) {
         sw__arm_nodev_fault(nth, persistent != 0);

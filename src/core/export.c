@@ -59,12 +59,17 @@ static void write_once(void)
                    ",\"restores\":%" PRIu64 ",\"spilled_bytes_total\":%" PRIu64
                    ",\"restored_bytes_total\":%" PRIu64 ",\"ooms\":%" PRIu64
                    ",\"gc_runs\":%" PRIu64 ",\"host_copies\":%" PRIu64
-                   ",\"clean_evictions\":%" PRIu64 "}",
+                   ",\"clean_evictions\":%" PRIu64
+                   ",\"host_budget\":%" PRIu64 ",\"spilled_disk\":%" PRIu64
+                   ",\"disk_write_bytes\":%" PRIu64
+                   ",\"disk_read_bytes\":%" PRIu64 "}",
                 first ? "" : ",", dev->name, m.in_use, m.peak, m.cached,
                 m.spilled, m.budget, m.device_free, m.device_total,
                 m.device_free_known, m.live_buffers, m.allocs, m.spills,
                 m.restores, m.spilled_bytes_total, m.restored_bytes_total,
-                m.ooms, m.gc_runs, m.host_copies, m.clean_evictions);
+                m.ooms, m.gc_runs, m.host_copies, m.clean_evictions,
+                m.host_budget, m.spilled_disk, m.disk_write_bytes,
+                m.disk_read_bytes);
         first = 0;
     }
     fputs("\n]}\n", f);

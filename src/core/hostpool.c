@@ -138,7 +138,7 @@ SW_API int sw_release_host_pool(sw_device *dev)
     }
     /* The clean copies are host memory held for speed only: they go too
      * (their buffers' next eviction copies again). */
-    (void)sw__clean_drop_locked(dev, UINT64_MAX);
+    (void)sw__clean_drop_locked(dev, UINT64_MAX, true);
     sw__host_pool_drain_locked(dev);
     sw__unlock(dev);
     return SW_OK;

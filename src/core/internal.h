@@ -220,6 +220,10 @@ struct sw__buf {
     bool host_pinned;
     bool released; /* freed while a copy was in flight: slot freed after */
     bool lost;     /* its copy to host failed on the device (spill.c) */
+    /* (base) SPILLED with its only copy in the device's spill file, at
+     * disk_off (disk.c): host is NULL then. */
+    bool on_disk;
+    uint64_t disk_off;
     /* (base) While hold_host: the call holding it, and where its device
      * memory goes back to if that call undoes the restore. */
     uint32_t hold_token;
@@ -376,6 +380,14 @@ struct sw_device {
     /* Accounting (names as in sw_memory_info). */
     uint64_t in_use, peak, cached, spilled, budget, peak_reserved;
     uint64_t host_copies; /* alloc sizes of the clean bases */
+    /* The disk tier (disk.c): the host budget (0: none), the spill file
+     * (0 until first needed) and its next offset, and the figures. */
+    uint64_t host_budget;
+    int disk_fd;
+    uint64_t disk_end;
+    uint64_t spilled_disk; /* alloc sizes of the bases on disk */
+    uint64_t disk_write_bytes, disk_read_bytes;
+    double disk_write_seconds, disk_read_seconds;
     uint64_t allocs, frees, spills, restores;
     uint64_t spilled_bytes_total, restored_bytes_total;
     double spill_seconds, restore_seconds;
@@ -436,7 +448,7 @@ struct sw_device {
     size_t parked_count;
     sw__scope *scope_first, *scope_last;
     sw__cache cache;
-    sw__fault fault[3]; /* by sw_fault_op */
+    sw__fault fault[4]; /* by sw_fault_op */
     /* Recording the memory history: the one branch SW__TRACE costs. */
     bool tracing;
     sw__trace trace;
@@ -717,8 +729,10 @@ static inline void sw__dirty_locked(sw_device *dev, sw__buf *base)
         sw__dirty_slow_locked(dev, base);
 }
 /* Give up the clean copies' host blocks, most recently used first, until
- * `need` bytes went (host memory is short); returns the bytes given up. */
-uint64_t sw__clean_drop_locked(sw_device *dev, uint64_t need);
+ * `need` bytes went (host memory is short, or the host budget passed);
+ * returns the bytes given up.  The blocks go to the staging pool, and with
+ * drain the pool to the system. */
+uint64_t sw__clean_drop_locked(sw_device *dev, uint64_t need, bool drain);
 int sw__make_resident_locked(sw_device *dev, sw__buf *base);
 /* Finish the xfers that are done (never blocks). */
 void sw__xfer_poll_locked(sw_device *dev);
@@ -746,6 +760,40 @@ void *sw__host_get_locked(sw_device *dev, size_t size, size_t *got,
 void sw__host_put_locked(sw_device *dev, void *p, size_t size, bool pinned);
 void sw__host_pool_trim_locked(sw_device *dev, uint64_t limit);
 void sw__host_pool_drain_locked(sw_device *dev);
+/* ------------------------------------------------------------------------
+ * The disk tier (disk.c)
+ * ---------------------------------------------------------------------- */
+
+/* Host memory spillway holds for dev: spilled copies in host memory, the
+ * clean copies and the idle staging pool. */
+static inline uint64_t sw__host_held(const sw_device *dev)
+{
+    return dev->spilled - dev->spilled_disk + dev->host_copies +
+           dev->hpool.bytes;
+}
+/* Under a host budget, make room for `need` more bytes of host copies:
+ * the clean copies go first, then the idle pool, then the least recently
+ * used spilled copies are written to disk (the lock released meanwhile),
+ * after their copies out end (with wait; without, only those already
+ * done).  Best effort where nothing more can move (pinned, in flight);
+ * fails only when a write to disk does (the buffer stays in host memory,
+ * intact, and the message says why). */
+int sw__host_room_locked(sw_device *dev, uint64_t need, bool wait);
+/* A spilled base's copy back from disk into a host block (the base is
+ * moving and pinned by the caller; the lock is released meanwhile).  On
+ * failure it stays on disk, intact. */
+int sw__disk_read_locked(sw_device *dev, sw__buf *base);
+/* n bytes at off of an on-disk base, read straight from the file (the
+ * base pinned by the caller). */
+int sw__disk_pread_locked(sw_device *dev, sw__buf *base, size_t off, void *p,
+                          size_t n);
+/* An on-disk base released: its extent of the file is given back. */
+void sw__disk_release_locked(sw_device *dev, sw__buf *base);
+/* The device closes: the file goes. */
+void sw__disk_close_locked(sw_device *dev);
+/* Whether an armed fault of op hits this call (bops.c). */
+bool sw__fault_hits(sw_device *dev, sw_fault_op op);
+
 /* pthread_cond_wait on dev->moved, keeping the owner fields right. */
 void sw__cond_wait_locked(sw_device *dev);
 /* Wait for everything queued on the default queue, with the lock released

@@ -530,7 +530,7 @@ static int spill_batch_locked(sw_device *dev, uint64_t need,
             host = sw__host_get_locked(dev, b->size, &hsize, &pinned);
         /* Short of host memory: the clean copies are the first to go. */
         if (host == NULL && dev->host_copies > 0 &&
-            sw__clean_drop_locked(dev, b->alloc_size) > 0)
+            sw__clean_drop_locked(dev, b->alloc_size, true) > 0)
             host = sw__host_get_locked(dev, b->size, &hsize, &pinned);
         if (host == NULL) {
             b->tmp_next = skipped;
@@ -639,12 +639,23 @@ int sw__spill_locked(sw_device *dev, uint64_t need, uint64_t *spilled)
     uint64_t total = 0;
     int rc;
     bool more;
+    /* Under a host budget, room for the copies first (disk.c): a write to
+     * disk that fails fails the spill, its buffers resident and intact. */
+    if (dev->host_budget != 0 &&
+        (rc = sw__host_room_locked(dev, need, true)) != SW_OK) {
+        *spilled = 0;
+        return rc;
+    }
     do {
         uint64_t got = 0;
         more = false;
         rc = spill_batch_locked(dev, need - total, &got, &more);
         total += got;
     } while (rc == SW_OK && more && total < need);
+    /* What landed already goes to disk now if the budget is passed; what
+     * is still in flight, at the next spill. */
+    if (dev->host_budget != 0 && total > 0)
+        (void)sw__host_room_locked(dev, 0, false);
     *spilled = total;
     return rc == SW_OK || total > 0 ? SW_OK : rc;
 }
@@ -676,6 +687,17 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
         return sw__xfer_wait_locked(dev, base);
     base->moving = true;
     base->pins++; /* alive, and never a victim of its own allocation */
+    if (base->on_disk) {
+        /* From the spill file into a host block first (disk.c); on failure
+         * it stays on disk, intact. */
+        int rc = sw__disk_read_locked(dev, base);
+        if (rc != SW_OK) {
+            base->moving = false;
+            pthread_cond_broadcast(&dev->moved);
+            sw__unpin_locked(dev, base);
+            return rc;
+        }
+    }
     if (prefetch)
         SW__TRACE(dev, SW_TRACE_PREFETCH, base, base->alloc_size,
                   q ? (uint32_t)q->id : 0, 0);
@@ -874,7 +896,7 @@ void sw__dirty_slow_locked(sw_device *dev, sw__buf *base)
     clean_end_locked(dev, base, 0);
 }
 
-uint64_t sw__clean_drop_locked(sw_device *dev, uint64_t need)
+uint64_t sw__clean_drop_locked(sw_device *dev, uint64_t need, bool drain)
 {
     sw__assert_locked(dev);
     uint64_t got = 0;
@@ -887,9 +909,9 @@ uint64_t sw__clean_drop_locked(sw_device *dev, uint64_t need)
         got += b->alloc_size;
         clean_end_locked(dev, b, 1);
     }
-    /* The blocks went to the pool: to the system with it, since what is
-     * short is the system's memory. */
-    if (got > 0)
+    /* The blocks went to the pool; with drain, to the system with it (what
+     * is short is the system's memory, not the budget's). */
+    if (got > 0 && drain)
         sw__host_pool_drain_locked(dev);
     return got;
 }

@@ -61,6 +61,12 @@ void sw__memory_info_locked(sw_device *dev, sw_memory_info *out)
     out->host_pool_limit = dev->hpool.limit;
     out->host_copies = dev->host_copies;
     out->clean_evictions = dev->clean_evictions;
+    out->host_budget = dev->host_budget;
+    out->spilled_disk = dev->spilled_disk;
+    out->disk_write_bytes = dev->disk_write_bytes;
+    out->disk_read_bytes = dev->disk_read_bytes;
+    out->disk_write_seconds = dev->disk_write_seconds;
+    out->disk_read_seconds = dev->disk_read_seconds;
 }
 
 SW_API int sw_memory_info_get(sw_device *dev, sw_memory_info *out)
@@ -97,6 +103,8 @@ SW_API int sw_reset_counters(sw_device *dev)
         return rc;
     dev->allocs = dev->frees = dev->spills = dev->restores = 0;
     dev->clean_evictions = 0;
+    dev->disk_write_bytes = dev->disk_read_bytes = 0;
+    dev->disk_write_seconds = dev->disk_read_seconds = 0;
     dev->spilled_bytes_total = dev->restored_bytes_total = 0;
     dev->spill_seconds = dev->restore_seconds = 0;
     dev->alloc_retries = dev->ooms = dev->gc_runs = 0;

@@ -41,6 +41,9 @@ static const char *const kind_names[SW_TRACE_KIND_COUNT] = {
     [SW_TRACE_QUEUE_CREATE] = "queue_create",
     [SW_TRACE_QUEUE_DESTROY] = "queue_destroy",
     [SW_TRACE_HOST_COPY_DROP] = "host_copy_drop",
+    [SW_TRACE_DISK_WRITE] = "disk_write",
+    [SW_TRACE_DISK_READ] = "disk_read",
+    [SW_TRACE_HOST_BUDGET] = "host_budget",
 };
 
 SW_API const char *sw_trace_kind_name(sw_trace_kind kind)
@@ -81,6 +84,7 @@ void sw__trace_emit(sw_device *dev, sw_trace_kind kind, const sw__buf *b,
     else
         ev.tag[0] = '\0';
     ev.host_copies = dev->host_copies;
+    ev.spilled_disk = dev->spilled_disk;
     t->recorded++;
     if (t->cap > 0)
         t->ring[ev.seq % t->cap] = ev;
@@ -387,21 +391,24 @@ static void write_chrome(FILE *f, const dump_copy *c)
     uint64_t t0 = c->n ? c->ev[0].time_ns : 0;
     fputs("{\"traceEvents\":[\n", f);
     chrome_meta(f, c);
-    uint64_t last[5] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX,
-                        UINT64_MAX};
+    uint64_t last[6] = {UINT64_MAX, UINT64_MAX, UINT64_MAX,
+                        UINT64_MAX, UINT64_MAX, UINT64_MAX};
     for (size_t i = 0; i < c->n; i++) {
         const sw_trace_event *e = &c->ev[i];
         double ts = us(e->time_ns, t0);
         /* Counter tracks, when a total moved. */
         if (e->in_use != last[0] || e->cached != last[1] ||
-            e->spilled != last[2] || e->host_copies != last[4]) {
+            e->spilled != last[2] || e->host_copies != last[4] ||
+            e->spilled_disk != last[5]) {
             fprintf(f, ",\n{\"name\":\"memory\",\"ph\":\"C\",\"ts\":%.3f,"
                        "\"pid\":1,\"tid\":0,\"args\":{\"in_use\":%" PRIu64
                        ",\"cached\":%" PRIu64 ",\"spilled\":%" PRIu64
-                       ",\"host_copies\":%" PRIu64 "}}",
-                    ts, e->in_use, e->cached, e->spilled, e->host_copies);
+                       ",\"host_copies\":%" PRIu64 ",\"spilled_disk\":%" PRIu64
+                       "}}",
+                    ts, e->in_use, e->cached, e->spilled, e->host_copies,
+                    e->spilled_disk);
             last[0] = e->in_use, last[1] = e->cached, last[2] = e->spilled;
-            last[4] = e->host_copies;
+            last[4] = e->host_copies, last[5] = e->spilled_disk;
         }
         if (e->budget != last[3]) {
             fprintf(f, ",\n{\"name\":\"budget\",\"ph\":\"C\",\"ts\":%.3f,"
@@ -489,10 +496,10 @@ static void write_event_json(FILE *f, const sw_trace_event *e)
                ",\"aux\":%" PRIu64 ",\"in_use\":%" PRIu64
                ",\"cached\":%" PRIu64 ",\"spilled\":%" PRIu64
                ",\"budget\":%" PRIu64 ",\"host_copies\":%" PRIu64
-               ",\"tag\":",
+               ",\"spilled_disk\":%" PRIu64 ",\"tag\":",
             e->seq, e->time_ns, kind_names[e->kind], e->queue, e->buffer,
             e->size, e->aux, e->in_use, e->cached, e->spilled, e->budget,
-            e->host_copies);
+            e->host_copies, e->spilled_disk);
     json_str(f, e->tag);
     fputc('}', f);
 }
@@ -510,11 +517,12 @@ static void write_snapshot(FILE *f, const dump_copy *c)
                ",\"spills\":%" PRIu64 ",\"restores\":%" PRIu64
                ",\"ooms\":%" PRIu64 ",\"gc_runs\":%" PRIu64
                ",\"host_copies\":%" PRIu64 ",\"clean_evictions\":%" PRIu64
+               ",\"host_budget\":%" PRIu64 ",\"spilled_disk\":%" PRIu64
                "},\n\"buffers\":[",
             now_ns(), m->in_use, m->peak, m->cached, m->spilled, m->budget,
             m->device_free, m->device_total, m->allocs, m->frees, m->spills,
             m->restores, m->ooms, m->gc_runs, m->host_copies,
-            m->clean_evictions);
+            m->clean_evictions, m->host_budget, m->spilled_disk);
     for (size_t i = 0; i < c->nbufs; i++) {
         const sw_buffer_info *b = &c->bufs[i];
         fprintf(f, "%s\n{\"id\":%" PRIu64 ",\"tag\":", i ? "," : "", b->id);

@@ -12,7 +12,7 @@
 TEST(fault_bad_args)
 {
     sw_device *dev = test_device();
-    ASSERT_ERR(sw_inject_fault(dev, (sw_fault_op)3, 1, 0), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_inject_fault(dev, (sw_fault_op)4, 1, 0), SW_ERR_INVALID_ARG);
     /* Only host-allocation faults exist without a device. */
     ASSERT_ERR(sw_inject_fault(NULL, SW_FAULT_ALLOC, 1, 0),
                SW_ERR_INVALID_ARG);

@@ -273,7 +273,10 @@ TEST(hostoom_order_records)
                 break;
             ASSERT_EQ(rc, SW_ERR_HOST_OOM);
             ASSERT_OK(sw_order_counts(o, &after, &ht));
-            ASSERT_EQ(after, before); /* nothing recorded */
+            /* Nothing recorded; one that completed meanwhile may have been
+             * pruned (every call prunes: seen once on a loaded machine,
+             * 7 after 8). */
+            ASSERT_LE(after, before);
             add_fails++;
         }
         ASSERT_OK(sw_event_release(ev));

@@ -256,6 +256,12 @@ TEST(trace_every_kind_replays)
     ASSERT_OK(sw_set_memory_budget(dev, 64 * 1024)); /* spills a */
     sw_devmem p;
     ASSERT_OK(sw_buffer_device_ptr(a, &p)); /* restores a, spills b */
+    /* The disk tier: b's host copy to the spill file, read from there,
+     * and back in host memory for a write. */
+    ASSERT_OK(sw_set_host_budget(dev, 1));
+    test_expect_pattern(b, 2);
+    test_write_pattern(b, 2);
+    ASSERT_OK(sw_set_host_budget(dev, 0));
     /* Pressure callbacks that collect, then an OOM. */
     sw_buffer *victim = test_alloc(dev, 1024, "garbage");
     ASSERT_OK(sw_set_memory_budget(dev, 0));

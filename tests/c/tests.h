@@ -13,6 +13,13 @@
     X(backend_event_elapsed)                                                  \
     X(backend_wait_chain)                                                     \
     X(thread_backend_copy_queues)                                             \
+    /* test-disk.c */                                                         \
+    X(disk_spills_past_the_host_budget)                                       \
+    X(disk_budget_lowered_under_spilled_data)                                 \
+    X(disk_faults_at_every_n)                                                 \
+    X(disk_directory_missing_or_removed)                                      \
+    X(disk_full)                                                              \
+    X(thread_disk_tier)                                                       \
     /* test-clean.c */                                                        \
     X(clean_evicted_twice_moves_once)                                         \
     X(clean_every_write_dirties)                                              \

@@ -576,6 +576,9 @@ static void check_device(fz_engine *e, int d, uint64_t went_out,
     if (m.host_copies > m.in_use)
         fz_fail(w, e, "%s: host_copies %" PRIu64 " > in_use %" PRIu64,
                 w->spec[d], m.host_copies, m.in_use);
+    if (m.spilled_disk > m.spilled)
+        fz_fail(w, e, "%s: spilled_disk %" PRIu64 " > spilled %" PRIu64,
+                w->spec[d], m.spilled_disk, m.spilled);
     if (m.clean_evictions > m.spills)
         fz_fail(w, e, "%s: clean_evictions %" PRIu64 " > spills %" PRIu64,
                 w->spec[d], m.clean_evictions, m.spills);

@@ -1,7 +1,8 @@
 /*
  * ops_account.c -- budgets (raised, lowered below what is held, removed),
  * emptying the cache, peaks and nested peak scopes, synchronizing, and
- * reference-counted opens of a device.
+ * reference-counted opens of a device; the host staging pool and the
+ * host budget (the disk tier).
  */
 #include "model.h"
 
@@ -149,7 +150,22 @@ static bool op_reset_counters(fz_engine *e, fz_src *s)
 static bool op_host_pool(fz_engine *e, fz_src *s)
 {
     int d = fz_pick_dev(e, s);
-    if (fz_u8(s) & 1) {
+    uint8_t how = fz_u8(s);
+    if (how & 2) {
+        /* A host budget: past it spilled copies go to the spill file, and
+         * every byte must come back (the next full check reads them). */
+        static const uint64_t budgets[] = {0, 1, 4096, 1u << 16, 1u << 20};
+        uint64_t b = budgets[fz_below(s, 5)];
+        fz_note(e, "host_budget %s = %" PRIu64, e->w->spec[d], b);
+        e->may_spill = true;
+        int rc = sw_set_host_budget(e->w->dev[d], b);
+        fz_result(e, "sw_set_host_budget", rc, FZ_OK, 0, NULL);
+        if (!e->w->threaded && info(e, d).host_budget != b)
+            fz_fail(e->w, e, "host_budget is not %" PRIu64 " after setting "
+                    "it", b);
+        return true;
+    }
+    if (how & 1) {
         fz_note(e, "release_host_pool %s", e->w->spec[d]);
         int rc = sw_release_host_pool(e->w->dev[d]);
         fz_result(e, "sw_release_host_pool", rc, FZ_OK, 0, NULL);

@@ -1,6 +1,7 @@
 /*
- * ops_fault.c -- injected faults: SW_FAULT_ALLOC, SW_FAULT_COPY and
- * SW_FAULT_HOST_ALLOC (per device, or the thread's own with no device),
+ * ops_fault.c -- injected faults: SW_FAULT_ALLOC, SW_FAULT_COPY,
+ * SW_FAULT_DISK (the spill file of a host budget) and SW_FAULT_HOST_ALLOC
+ * (per device, or the thread's own with no device),
  * one-shot or persistent, armed for exactly the next step and disarmed
  * before its check.  Any call of that step may then fail with OOM,
  * HOST_OOM or DEVICE, and a failed call must have changed nothing
@@ -22,11 +23,12 @@ bool fz_op_fault(fz_engine *e, fz_src *s, unsigned k)
     sw_fault_op op = SW_FAULT_HOST_ALLOC;
     if (e->w->faults && t % 4 != 3) {
         d = fz_pick_dev(e, s);
-        op = (sw_fault_op)(t % 3);
+        op = (sw_fault_op)((t >> 2) % 4);
     }
     uint64_t nth = fz_u8(s) < 128 ? 1 : 1 + fz_below(s, 8);
     int persistent = fz_u8(s) & 1;
-    static const char *const names[] = {"ALLOC", "COPY", "HOST_ALLOC"};
+    static const char *const names[] = {"ALLOC", "COPY", "HOST_ALLOC",
+                                        "DISK"};
     fz_note(e, "arm fault %s nth %llu%s on %s", names[op],
             (unsigned long long)nth, persistent ? " persistent" : "",
             d >= 0 ? e->w->spec[d] : "this thread");

@@ -181,7 +181,7 @@ bool fz_misuse_faults(fz_engine *e, fz_src *s)
     fz_note(e, "misuse: faults/wraps (%u) on %s", k, e->w->spec[d]);
     switch (k) {
     case 0: STRICT("sw_inject_fault(bad op)", A,
-                   sw_inject_fault(dev, (sw_fault_op)(fz_u8(s) & 1 ? 3 : -1),
+                   sw_inject_fault(dev, (sw_fault_op)(fz_u8(s) & 1 ? 4 : -1),
                                    1, 0));
         break;
     case 1: STRICT("sw_inject_fault(NULL device, ALLOC)", A,

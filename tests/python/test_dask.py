@@ -191,6 +191,8 @@ def test_plugin_arguments_are_checked_at_once():
         sd.SpillwayPlugin(budget=[1])
     with pytest.raises(TypeError, match="host_pool= takes"):
         sd.SpillwayPlugin(host_pool=0.5)
+    with pytest.raises(TypeError, match="host_budget= takes.*machine"):
+        sd.SpillwayPlugin(host_budget=[1])
     with pytest.raises(TypeError, match="device= takes"):
         sd.SpillwayPlugin(device=3)
     with pytest.raises(ValueError, match="kind such as"):
@@ -199,8 +201,10 @@ def test_plugin_arguments_are_checked_at_once():
         sd.LocalSpillwayCluster(device="nosuch")
     with pytest.raises(ValueError, match="SPILLWAY_SIM_DEVICES"):
         sd.LocalSpillwayCluster(n_workers=3, device="sim")
-    p = pickle.loads(pickle.dumps(sd.SpillwayPlugin("sim:1", "4M", "1M")))
-    assert (p.device_spec, p.budget, p.host_pool) == ("sim:1", "4M", "1M")
+    p = pickle.loads(pickle.dumps(sd.SpillwayPlugin("sim:1", "4M", "1M",
+                                                    "8M")))
+    assert (p.device_spec, p.budget, p.host_pool, p.host_budget) == \
+        ("sim:1", "4M", "1M", "8M")
     assert sd.SpillwayPlugin(device=sw.Device("sim:1")).device_spec == "sim:1"
 
 
@@ -258,10 +262,12 @@ def test_register_plugin_on_a_running_cluster(sim):
         assert list(client.run(sd.worker_stats).values()) == [{}]
         client.register_plugin(sd.SpillwayPlugin(device="sim:1",
                                                  budget="4M",
-                                                 host_pool="2M"))
+                                                 host_pool="2M",
+                                                 host_budget="8M"))
         (stats,) = client.run(sd.worker_stats).values()
         assert stats["device"] == "sim:1" and stats["budget"] == 4 * MiB
         assert stats["host_pool_limit"] == 2 * MiB
+        assert stats["host_budget"] == 8 * MiB
         with pytest.raises(ValueError, match="no backend named 'bogus'"):
             client.register_plugin(sd.SpillwayPlugin(device="bogus:0"),
                                    name="bad")

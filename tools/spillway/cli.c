@@ -194,7 +194,7 @@ int cli_open_device(const char *spec, sw_device **dev)
 
 const char *cli_bytes(uint64_t n)
 {
-    /* 16 slots: the most one printf of the program shows is six. */
+    /* 16 slots: the most one printf of the program shows is seven. */
     static char ring[16][32];
     static unsigned next;
     char *buf = ring[next++ % 16];

@@ -43,6 +43,10 @@
 /* The demo's own options, beyond --device, --budget and --steps. */
 typedef struct {
     bool sweep, json, no_prefetch;
+    /* --host-budget: bytes, or (host_quarter) a quarter of what run 2
+     * spills at its end, live - budget */
+    uint64_t host_budget;
+    bool host_quarter;
     unsigned long repeat;
     bool auto_repeat; /* no --repeat: more for short runs (run_pair) */
     const char *trace_dir;
@@ -495,7 +499,7 @@ static void print_cost(const demo_run r[2], double rate)
 }
 
 static void print_json(const demo_pipeline *p, const demo_run r[2],
-                       double rate)
+                       double rate, double wbps, double rbps)
 {
     printf("{\"device\":\"%s\",\"steps\":%zu,\"array_bytes\":%zu,"
            "\"live_bytes\":%" PRIu64 ",\"memcpy_bytes_per_s\":%.0f,"
@@ -506,21 +510,104 @@ static void print_json(const demo_pipeline *p, const demo_run r[2],
         printf("%s{\"budget\":%" PRIu64 ",\"wall_s\":%.6f,\"peak\":%" PRIu64
                ",\"spills\":%" PRIu64 ",\"restores\":%" PRIu64
                ",\"out_bytes\":%" PRIu64 ",\"in_bytes\":%" PRIu64
-               ",\"out_s\":%.6f,\"in_s\":%.6f}",
+               ",\"out_s\":%.6f,\"in_s\":%.6f,\"host_budget\":%" PRIu64
+               ",\"disk_out_bytes\":%" PRIu64 ",\"disk_in_bytes\":%" PRIu64
+               ",\"disk_out_s\":%.6f,\"disk_in_s\":%.6f}",
                i ? "," : "", r[i].budget, r[i].wall_s, r[i].peak, r[i].spills,
                r[i].restores, r[i].out_bytes, r[i].in_bytes, r[i].out_s,
-               r[i].in_s);
+               r[i].in_s, r[i].host_budget, r[i].disk_out_bytes,
+               r[i].disk_in_bytes, r[i].disk_out_s, r[i].disk_in_s);
     printf("],\"slowdown\":%.4f,\"ratio\":%.4f,\"moved_bytes\":%" PRIu64
            ",\"floor_bytes\":%" PRIu64 ",\"moved_over_floor\":%.4f,"
-           "\"bit_identical\":true}\n",
+           "\"plain_disk_write_bytes_per_s\":%.0f,"
+           "\"plain_disk_read_bytes_per_s\":%.0f,\"bit_identical\":true}\n",
            r[0].wall_s > 0 ? r[1].wall_s / r[0].wall_s : 1.0,
            cost_ratio(&r[0], &r[1], rate), r[1].out_bytes + r[1].in_bytes,
-           moved_floor(p, r[1].budget), moved_over_floor(p, &r[1]));
+           moved_floor(p, r[1].budget), moved_over_floor(p, &r[1]), wbps,
+           rbps);
+}
+
+/* A plain pwrite and pread of `total` bytes in `chunk`-byte pieces to a
+ * file in the spill directory (as the disk tier's, unlinked at once),
+ * from and into `nbuf` buffers in turn, touched before (the disk tier's
+ * host blocks are a pool of as many: one hot buffer would measure the
+ * CPU's cache, not the file): the bandwidths the disk tier is measured
+ * against, in bytes per second; 0 where the file cannot be had. */
+static void plain_disk(size_t chunk, uint64_t total, size_t nbuf,
+                       double *wbps, double *rbps)
+{
+    *wbps = *rbps = 0;
+    const char *dir = getenv("SPILLWAY_SPILL_DIR");
+    if (dir == NULL || dir[0] == '\0')
+        dir = getenv("TMPDIR");
+    if (dir == NULL || dir[0] == '\0')
+        dir = "/tmp";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/spillway-demo-XXXXXX", dir);
+    int fd = mkstemp(path);
+    if (nbuf < 2)
+        nbuf = 2;
+    if (nbuf > 64)
+        nbuf = 64;
+    char *buf = malloc(chunk * nbuf);
+    if (fd < 0 || buf == NULL) {
+        if (fd >= 0)
+            close(fd);
+        free(buf);
+        return;
+    }
+    unlink(path);
+    memset(buf, 0x5A, chunk * nbuf);
+    size_t n = (size_t)((total + chunk - 1) / chunk);
+    bool ok = true;
+    double t0 = now_s();
+    for (size_t i = 0; i < n && ok; i++)
+        ok = pwrite(fd, buf + (i % nbuf) * chunk, chunk,
+                    (off_t)(i * chunk)) == (ssize_t)chunk;
+    double t1 = now_s();
+    for (size_t i = 0; i < n && ok; i++)
+        ok = pread(fd, buf + (i % nbuf) * chunk, chunk,
+                   (off_t)(i * chunk)) == (ssize_t)chunk;
+    double t2 = now_s();
+    close(fd);
+    free(buf);
+    if (ok && t1 > t0 && t2 > t1) {
+        *wbps = (double)n * (double)chunk / (t1 - t0);
+        *rbps = (double)n * (double)chunk / (t2 - t1);
+    }
+}
+
+/* Run 2's disk traffic against a plain pwrite/pread of the same sizes. */
+static void print_disk(const demo_pipeline *p, const demo_run *r,
+                       double wbps, double rbps)
+{
+    double w = r->disk_out_s > 0 ? (double)r->disk_out_bytes / r->disk_out_s
+                                 : 0;
+    double rd = r->disk_in_s > 0 ? (double)r->disk_in_bytes / r->disk_in_s
+                                 : 0;
+    printf("disk (host budget %s): wrote %s in %.3f s (%.2f GB/s), read %s "
+           "in %.3f s (%.2f GB/s);\nplain pwrite/pread of %s pieces to the "
+           "same directory: %.2f / %.2f GB/s; the disk tier's share of "
+           "them: %.2f / %.2f\n",
+           cli_bytes(r->host_budget), cli_bytes(r->disk_out_bytes),
+           r->disk_out_s, w / 1e9, cli_bytes(r->disk_in_bytes), r->disk_in_s,
+           rd / 1e9, cli_bytes(p->bytes), wbps / 1e9, rbps / 1e9,
+           wbps > 0 ? w / wbps : 0.0, rbps > 0 ? rd / rbps : 0.0);
 }
 
 static int demo_runs(demo_pipeline *p, demo_run r[2], const demo_opts *d)
 {
+    if (d->host_quarter) {
+        uint64_t live = demo_live_bytes(p);
+        r[1].host_budget = live > r[1].budget ? (live - r[1].budget) / 4
+                                               : p->bytes;
+    } else {
+        r[1].host_budget = d->host_budget;
+    }
     print_plan(p, r[1].budget);
+    if (r[1].host_budget != 0 && !quiet)
+        printf("host budget of run 2: %s (past it, spilled arrays go to "
+               "disk)\n", cli_bytes(r[1].host_budget));
     memcpy_meter m;
     meter_init(&m, p->bytes);
     int err = demo_warm_up(p);
@@ -528,15 +615,32 @@ static int demo_runs(demo_pipeline *p, demo_run r[2], const demo_opts *d)
         meter_destroy(&m);
         return workload_failed(p, err);
     }
+    /* The plain pwrite/pread the disk tier is measured against, before
+     * and after the runs (the faster of each: a machine's page cache and
+     * dirty-page throttling favour neither side then). */
+    double wbps = 0, rbps = 0, w2 = 0, r2 = 0;
+    uint64_t disk_total = demo_live_bytes(p) > r[1].budget
+                              ? demo_live_bytes(p) - r[1].budget
+                              : p->bytes;
+    size_t nbuf = (size_t)(r[1].host_budget / p->bytes);
+    if (r[1].host_budget != 0)
+        plain_disk(p->bytes, disk_total, nbuf, &wbps, &rbps);
     int rc = run_pair(p, r, d, &m, !quiet);
     double rate = m.best;
     meter_destroy(&m);
     if (rc)
         return 1;
+    if (r[1].host_budget != 0) {
+        plain_disk(p->bytes, r[1].disk_out_bytes > 0 ? r[1].disk_out_bytes
+                                                     : disk_total,
+                   nbuf, &w2, &r2);
+        wbps = w2 > wbps ? w2 : wbps;
+        rbps = r2 > rbps ? r2 : rbps;
+    }
     if (quiet) {
         if (check_budget_run(p, &r[1]))
             return 1;
-        print_json(p, r, rate);
+        print_json(p, r, rate, wbps, rbps);
         return check_clean(p->dev);
     }
     if (r[0].spills > 0)
@@ -546,6 +650,8 @@ static int demo_runs(demo_pipeline *p, demo_run r[2], const demo_opts *d)
     if (check_budget_run(p, &r[1]))
         return 1;
     print_cost(r, rate);
+    if (r[1].host_budget != 0)
+        print_disk(p, &r[1], wbps, rbps);
     printf("bit-identical: yes (%zu arrays, %zu sums)%s\n", p->steps + 1,
            p->steps, d->repeat > 1 ? " in every repeat" : "");
     return check_clean(p->dev);
@@ -661,6 +767,16 @@ static int demo_own_options(const cli_command *self, int *argc, char **argv,
             d->json = true;
         } else if (strcmp(a, "--no-prefetch") == 0) {
             d->no_prefetch = true;
+        } else if (strcmp(a, "--host-budget") == 0) {
+            if (i + 1 >= *argc)
+                return cli_usage_error(self, "%s needs a value", a);
+            const char *v = argv[++i];
+            if (strcmp(v, "quarter") == 0)
+                d->host_quarter = true;
+            else if (sw_parse_size(v, &d->host_budget) != SW_OK ||
+                     d->host_budget == 0)
+                return cli_usage_error(self, "--host-budget: '%s' is "
+                                       "neither a size nor 'quarter'", v);
         } else if (strcmp(a, "--repeat") == 0 || strcmp(a, "--trace") == 0) {
             if (i + 1 >= *argc)
                 return cli_usage_error(self, "%s needs a value", a);
@@ -683,6 +799,9 @@ static int demo_own_options(const cli_command *self, int *argc, char **argv,
     *argc = w;
     if (d->sweep && d->trace_dir != NULL)
         return cli_usage_error(self, "--trace records one demo, not a "
+                               "--sweep");
+    if (d->sweep && (d->host_budget != 0 || d->host_quarter))
+        return cli_usage_error(self, "--host-budget is for one demo, not a "
                                "--sweep");
     /* Made here, before either run, so that a bad path is a usage error
      * and not a failure after the first run's minutes. */

@@ -25,6 +25,7 @@ enum { TOP_MAX_DEVICES = 64, TOP_FILE_MAX = 1 << 20 };
 typedef struct {
     char name[32];
     uint64_t in_use, peak, cached, spilled, budget, dfree, dtotal;
+    uint64_t disk; /* of spilled: in the spill file (the host budget's) */
     uint64_t buffers, spills, restores, ooms, gc_runs;
     int free_known;
 } top_row;
@@ -86,6 +87,7 @@ static int read_frame(const char *path, top_frame *fr, char *why,
         r->peak = field(p, rec_end, "peak");
         r->cached = field(p, rec_end, "cached");
         r->spilled = field(p, rec_end, "spilled");
+        r->disk = field(p, rec_end, "spilled_disk");
         r->budget = field(p, rec_end, "budget");
         r->dfree = field(p, rec_end, "device_free");
         r->dtotal = field(p, rec_end, "device_total");
@@ -108,20 +110,22 @@ static void print_frame(const char *path, const top_frame *fr)
                                  errno == EPERM);
     printf("spillway top: %s, pid %ld%s, updated %.1f s ago\n\n", path,
            fr->pid, alive ? "" : " (exited)", age < 0 ? 0.0 : age);
-    printf("%-10s %11s %11s %11s %11s %11s %23s %8s %7s %8s %5s %5s\n",
-           "device", "in use", "peak", "cached", "spilled", "budget",
-           "device free / total", "buffers", "spills", "restores", "ooms",
-           "gc");
+    printf("%-10s %11s %11s %11s %11s %11s %11s %23s %8s %7s %8s %5s "
+           "%5s\n",
+           "device", "in use", "peak", "cached", "spilled", "on disk",
+           "budget", "device free / total", "buffers", "spills", "restores",
+           "ooms", "gc");
     for (size_t i = 0; i < fr->n; i++) {
         const top_row *r = &fr->rows[i];
         char fr_tot[48];
         snprintf(fr_tot, sizeof fr_tot, "%s / %s",
                  r->free_known ? cli_bytes(r->dfree) : "?",
                  r->dtotal ? cli_bytes(r->dtotal) : "?");
-        printf("%-10s %11s %11s %11s %11s %11s %23s %8" PRIu64 " %7" PRIu64
-               " %8" PRIu64 " %5" PRIu64 " %5" PRIu64 "\n",
+        printf("%-10s %11s %11s %11s %11s %11s %11s %23s %8" PRIu64
+               " %7" PRIu64 " %8" PRIu64 " %5" PRIu64 " %5" PRIu64 "\n",
                r->name, cli_bytes(r->in_use), cli_bytes(r->peak),
                cli_bytes(r->cached), cli_bytes(r->spilled),
+               cli_bytes(r->disk),
                r->budget ? cli_bytes(r->budget) : "none", fr_tot, r->buffers,
                r->spills, r->restores, r->ooms, r->gc_runs);
     }

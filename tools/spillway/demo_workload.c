@@ -292,11 +292,21 @@ static void note_delta(demo_run *r, const sw_memory_info *a,
     r->in_s = b->restore_seconds - a->restore_seconds;
 }
 
+static void note_disk(demo_run *r, const sw_memory_info *a,
+                      const sw_memory_info *b)
+{
+    r->disk_out_bytes = b->disk_write_bytes - a->disk_write_bytes;
+    r->disk_in_bytes = b->disk_read_bytes - a->disk_read_bytes;
+    r->disk_out_s = b->disk_write_seconds - a->disk_write_seconds;
+    r->disk_in_s = b->disk_read_seconds - a->disk_read_seconds;
+}
+
 int demo_run_pipeline(demo_pipeline *p, demo_run *r, demo_step_fn on_step,
                       void *ctx)
 {
-    sw_memory_info before, after;
+    sw_memory_info before, after, hashed;
     DEMO_TRY_OR_RETURN(p, sw_set_memory_budget(p->dev, r->budget));
+    DEMO_TRY_OR_RETURN(p, sw_set_host_budget(p->dev, r->host_budget));
     DEMO_TRY_OR_RETURN(p, sw_reset_peak(p->dev));
     DEMO_TRY_OR_RETURN(p, sw_memory_info_get(p->dev, &before));
     double t0 = now_seconds();
@@ -309,7 +319,11 @@ int demo_run_pipeline(demo_pipeline *p, demo_run *r, demo_step_fn on_step,
     r->wall_s = now_seconds() - t0;
     DEMO_TRY_OR_RETURN(p, sw_memory_info_get(p->dev, &after));
     note_delta(r, &before, &after);
-    return hash_outputs(p, r);
+    err = hash_outputs(p, r);
+    DEMO_TRY_OR_RETURN(p, sw_memory_info_get(p->dev, &hashed));
+    note_disk(r, &before, &hashed);
+    DEMO_TRY_OR_RETURN(p, sw_set_host_budget(p->dev, 0));
+    return err;
 }
 
 /* Allocate and fill arrays up to `budget` bytes (0: the whole live set),

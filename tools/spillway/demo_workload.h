@@ -60,8 +60,12 @@ typedef struct demo_pipeline {
 /* What one run did: set by demo_run_pipeline, budget by the caller. */
 typedef struct demo_run {
     uint64_t budget; /* 0: none */
+    uint64_t host_budget; /* 0: none (sw_set_host_budget) */
     uint64_t peak, spills, restores, out_bytes, in_bytes;
     double out_s, in_s, wall_s; /* wall_s: the passes only */
+    /* The disk tier, passes and read-back (the host budget's traffic). */
+    uint64_t disk_out_bytes, disk_in_bytes;
+    double disk_out_s, disk_in_s;
     uint64_t *hash;     /* N + 1: FNV-1a of x[0..N), then of acc */
     uint64_t *sum_bits; /* N: bits of the checkpoint taken after x[k] */
 } demo_run;

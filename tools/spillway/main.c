@@ -78,7 +78,10 @@ static const cli_command commands[] = {
             "  --trace DIR           write each run's memory history to "
             "DIR/runN.json\n"
             "                        (and its picture, with spillway plot)\n"
-            "  --no-prefetch         the backward pass does not prefetch\n",
+            "  --no-prefetch         the backward pass does not prefetch\n"
+            "  --host-budget SIZE    a host budget for run 2 (or 'quarter': "
+            "a quarter of\n"
+            "                        what it spills): past it, to disk\n",
         .notes = SIZE_NOTE,
     },
     {

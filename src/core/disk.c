@@ -1,0 +1,359 @@
+/*
+ * disk.c -- the disk tier: a host budget (sw_set_host_budget) bounds the
+ * host memory spillway holds for a device (spilled copies, clean copies,
+ * the idle staging pool); past it, spilled copies go to a file.
+ *
+ * One file per device, under SPILLWAY_SPILL_DIR (default $TMPDIR, else
+ * /tmp), made when first needed and unlinked at once (O_TMPFILE where the
+ * filesystem has it): nothing is left behind, whatever happens to the
+ * process, and a directory removed later does not matter.  Offsets only
+ * grow; a buffer read back or freed gives its extent back with a hole
+ * punched, so the file's blocks are what is on disk now.
+ *
+ * The I/O is pwrite and pread by the calling thread with the device lock
+ * released, the buffer marked moving (others wait for it, as for a copy
+ * in flight).  A write that fails (a full disk, an I/O error, a directory
+ * that is gone) leaves the buffer in host memory with its data intact, and
+ * the call that needed the room says why.
+ */
+#include "core/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Extents are whole pages: a punched hole frees whole blocks. */
+#define DISK_ALIGN 4096u
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t extent_of(const sw__buf *b)
+{
+    return ((uint64_t)b->size + DISK_ALIGN - 1) / DISK_ALIGN * DISK_ALIGN;
+}
+
+static const char *spill_dir(void)
+{
+    const char *d = getenv("SPILLWAY_SPILL_DIR");
+    if (d == NULL || d[0] == '\0')
+        d = getenv("TMPDIR");
+    return d != NULL && d[0] != '\0' ? d : "/tmp";
+}
+
+/* The spill file, made on first use (a quick open: local files only are
+ * expected here, as for any temporary file). */
+static int disk_open_locked(sw_device *dev)
+{
+    if (dev->disk_fd > 0)
+        return SW_OK;
+    const char *dir = spill_dir();
+    int fd = -1, err = 0;
+#ifdef O_TMPFILE
+    fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    err = errno;
+    if (fd < 0 && (err == EOPNOTSUPP || err == EISDIR || err == EINVAL))
+#endif
+    {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/spillway-spill-XXXXXX", dir);
+        fd = mkstemp(path);
+        err = errno;
+        if (fd >= 0) {
+            (void)unlink(path);
+            (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+        }
+    }
+    if (fd < 0)
+        return sw__errorf(SW_ERR_HOST_OOM, "%s: no spill file in '%s' "
+                          "(SPILLWAY_SPILL_DIR): %s", dev->name, dir,
+                          strerror(err));
+    if (fd == 0) { /* 0 is "none yet" in a freshly opened device */
+        int again = fcntl(fd, F_DUPFD_CLOEXEC, 1);
+        close(fd);
+        if (again < 0)
+            return sw__errorf(SW_ERR_HOST_OOM, "%s: no spill file: %s",
+                              dev->name, strerror(errno));
+        fd = again;
+    }
+    dev->disk_fd = fd;
+    dev->disk_end = 0;
+    return SW_OK;
+}
+
+/* pwrite/pread of the whole range, through interruptions and short
+ * transfers; 0 or an errno (EIO for a read past the end). */
+static int disk_io(bool write, int fd, void *p, size_t n, uint64_t off)
+{
+    char *c = p;
+    while (n > 0) {
+        ssize_t k = write ? pwrite(fd, c, n, (off_t)off)
+                          : pread(fd, c, n, (off_t)off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return errno;
+        if (k == 0)
+            return write ? ENOSPC : EIO;
+        c += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+    return 0;
+}
+
+/* Give an extent back to the filesystem (best effort: where holes cannot
+ * be punched, the space is kept until the device closes). */
+static void punch(int fd, uint64_t off, uint64_t len)
+{
+#if defined(FALLOC_FL_PUNCH_HOLE) && defined(FALLOC_FL_KEEP_SIZE)
+    (void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                    (off_t)off, (off_t)len);
+#else
+    (void)fd;
+    (void)off;
+    (void)len;
+#endif
+}
+
+/* Write a spilled base's host copy to the file and give the host block
+ * up.  pre: SPILLED in host memory, no copy in flight, unpinned, not
+ * moving. */
+static int disk_write_locked(sw_device *dev, sw__buf *b)
+{
+    int rc = disk_open_locked(dev);
+    if (rc != SW_OK)
+        return rc;
+    uint64_t len = extent_of(b), off = dev->disk_end;
+    dev->disk_end += len;
+    bool fault = sw__fault_hits(dev, SW_FAULT_DISK);
+    int fd = dev->disk_fd;
+    void *p = b->host;
+    size_t n = b->size;
+    b->moving = true; /* no one reads, writes, frees or restores it */
+    b->pins++;
+    dev->waiting++;
+    sw__unlock(dev);
+    double t0 = now_seconds();
+    int err = fault ? EIO : disk_io(true, fd, p, n, off);
+    double dt = now_seconds() - t0;
+    sw__lock(dev);
+    dev->waiting--;
+    b->moving = false;
+    pthread_cond_broadcast(&dev->moved);
+    if (err != 0) {
+        punch(fd, off, len);
+        char b1[32], b2[32];
+        rc = sw__errorf(SW_ERR_HOST_OOM, "%s: the host budget of %s is "
+                        "reached, and buffer '%s' (%s) could not go to "
+                        "disk: writing the spill file in '%s': %s%s; it "
+                        "stays in host memory, intact",
+                        dev->name,
+                        sw_format_bytes(dev->host_budget, b1, sizeof b1),
+                        b->tag, sw_format_bytes(n, b2, sizeof b2),
+                        spill_dir(), strerror(err),
+                        fault ? " (an injected fault)" : "");
+    } else {
+        sw__host_put_locked(dev, b->host, b->host_size, b->host_pinned);
+        b->host = NULL;
+        b->on_disk = true;
+        b->disk_off = off;
+        dev->spilled_disk += b->alloc_size;
+        dev->disk_write_bytes += n;
+        dev->disk_write_seconds += dt;
+        SW__TRACE(dev, SW_TRACE_DISK_WRITE, b, b->alloc_size, 0, 0);
+    }
+    /* Not sw__unpin_locked: going to disk is no use of the buffer. */
+    b->pins--;
+    sw__maybe_release_locked(dev, b);
+    return rc;
+}
+
+/* The least recently used spilled base held in host memory that can go to
+ * disk now; with none, *busy says whether one will once its copy ends. */
+static sw__buf *disk_victim_locked(sw_device *dev, sw__buf **busy)
+{
+    sw__buf *best = NULL;
+    *busy = NULL;
+    for (sw__buf *b = dev->live; b != NULL; b = b->live_next) {
+        if (b->state != SW_SPILLED || b->host == NULL || b->on_disk ||
+            b->lost || b->moving || b->pins > 0 || b->size == 0)
+            continue;
+        if (b->xfer != NULL) {
+            *busy = b;
+            continue;
+        }
+        if (best == NULL || b->last_use < best->last_use)
+            best = b;
+    }
+    return best;
+}
+
+int sw__host_room_locked(sw_device *dev, uint64_t need, bool wait)
+{
+    sw__assert_locked(dev);
+    for (int waits = 0;;) {
+        uint64_t budget = dev->host_budget;
+        uint64_t held = sw__host_held(dev);
+        if (budget == 0 || held + need <= budget)
+            return SW_OK;
+        uint64_t over = held + need - budget;
+        if (dev->host_copies > 0 &&
+            sw__clean_drop_locked(dev, over, false) > 0)
+            continue; /* the clean copies first: they cost nothing */
+        if (dev->hpool.bytes > 0) {
+            /* Idle blocks next, only as many as must go: the rest are
+             * what the reads back from disk land in without a page fault
+             * per page (hostpool.c: reused memory copies 5-10x faster). */
+            uint64_t keep = dev->hpool.bytes > over
+                                ? dev->hpool.bytes - over
+                                : 0;
+            sw__host_pool_trim_locked(dev, keep);
+            continue;
+        }
+        if (dev->xfers != NULL)
+            sw__xfer_poll_locked(dev);
+        sw__buf *busy;
+        sw__buf *b = disk_victim_locked(dev, &busy);
+        if (b == NULL && busy != NULL && wait && waits++ < 64) {
+            /* A spill's copy out still in flight: its end first. */
+            busy->pins++;
+            (void)sw__xfer_wait_locked(dev, busy);
+            busy->pins--;
+            sw__maybe_release_locked(dev, busy);
+            continue;
+        }
+        if (b == NULL)
+            return SW_OK; /* nothing more can go now: best effort */
+        int rc = disk_write_locked(dev, b);
+        if (rc != SW_OK)
+            return rc;
+    }
+}
+
+int sw__disk_read_locked(sw_device *dev, sw__buf *b)
+{
+    sw__assert_locked(dev);
+    assert(b->on_disk && b->moving && b->pins > 0);
+    /* Room for the block it comes back into (it may send others out). */
+    int rc = sw__host_room_locked(dev, b->alloc_size, true);
+    if (rc != SW_OK)
+        return rc;
+    size_t got = 0;
+    bool pinned = false;
+    void *p = sw__host_get_locked(dev, b->size, &got, &pinned);
+    if (p == NULL)
+        return sw__errorf(SW_ERR_HOST_OOM, "%s: no host memory to read "
+                          "buffer '%s' (%zu bytes) back from disk",
+                          dev->name, b->tag, b->size);
+    bool fault = sw__fault_hits(dev, SW_FAULT_DISK);
+    int fd = dev->disk_fd;
+    uint64_t off = b->disk_off;
+    size_t n = b->size;
+    dev->waiting++;
+    sw__unlock(dev);
+    double t0 = now_seconds();
+    int err = fault ? EIO : disk_io(false, fd, p, n, off);
+    double dt = now_seconds() - t0;
+    sw__lock(dev);
+    dev->waiting--;
+    if (err != 0) {
+        sw__host_put_locked(dev, p, got, pinned);
+        return sw__errorf(SW_ERR_HOST_OOM, "%s: reading buffer '%s' (%zu "
+                          "bytes) back from the spill file failed: %s%s; it "
+                          "stays on disk, intact", dev->name, b->tag, n,
+                          strerror(err),
+                          fault ? " (an injected fault)" : "");
+    }
+    punch(fd, off, extent_of(b));
+    b->host = p;
+    b->host_size = got;
+    b->host_pinned = pinned;
+    b->on_disk = false;
+    dev->spilled_disk -= b->alloc_size;
+    dev->disk_read_bytes += n;
+    dev->disk_read_seconds += dt;
+    SW__TRACE(dev, SW_TRACE_DISK_READ, b, b->alloc_size, 0, 0);
+    return SW_OK;
+}
+
+int sw__disk_pread_locked(sw_device *dev, sw__buf *b, size_t off, void *p,
+                          size_t n)
+{
+    sw__assert_locked(dev);
+    assert(b->on_disk && b->pins > 0);
+    bool fault = sw__fault_hits(dev, SW_FAULT_DISK);
+    int fd = dev->disk_fd;
+    uint64_t at = b->disk_off + off;
+    b->moving = true; /* stays on disk until the read is done */
+    dev->waiting++;
+    sw__unlock(dev);
+    double t0 = now_seconds();
+    int err = fault ? EIO : disk_io(false, fd, p, n, at);
+    double dt = now_seconds() - t0;
+    sw__lock(dev);
+    dev->waiting--;
+    b->moving = false;
+    pthread_cond_broadcast(&dev->moved);
+    if (err != 0)
+        return sw__errorf(SW_ERR_HOST_OOM, "%s: reading %zu bytes of buffer "
+                          "'%s' from the spill file failed: %s%s", dev->name,
+                          n, b->tag, strerror(err),
+                          fault ? " (an injected fault)" : "");
+    dev->disk_read_bytes += n;
+    dev->disk_read_seconds += dt;
+    return SW_OK;
+}
+
+void sw__disk_release_locked(sw_device *dev, sw__buf *b)
+{
+    sw__assert_locked(dev);
+    if (!b->on_disk)
+        return;
+    punch(dev->disk_fd, b->disk_off, extent_of(b));
+    b->on_disk = false;
+    dev->spilled_disk -= b->alloc_size;
+}
+
+void sw__disk_close_locked(sw_device *dev)
+{
+    if (dev->disk_fd > 0)
+        close(dev->disk_fd);
+    dev->disk_fd = 0;
+    dev->disk_end = 0;
+}
+
+SW_API int sw_set_host_budget(sw_device *dev, uint64_t bytes)
+{
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    dev->host_budget = bytes;
+    SW__TRACE(dev, SW_TRACE_HOST_BUDGET, NULL, 0, 0, bytes);
+    /* Met now as far as it can be; a write to disk that fails leaves its
+     * buffer in host memory, and the budget stands (as the device's). */
+    (void)sw__host_room_locked(dev, 0, true);
+    sw__unlock(dev);
+    return SW_OK;
+}
+
+SW_API int sw_get_host_budget(sw_device *dev, uint64_t *bytes)
+{
+    if (bytes == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "bytes is NULL");
+    *bytes = 0;
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    *bytes = dev->host_budget;
+    sw__unlock(dev);
+    return SW_OK;
+}

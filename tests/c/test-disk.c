@@ -1,0 +1,378 @@
+/*
+ * test-disk.c -- the host budget and the disk tier (disk.c): spilled
+ * copies past the budget go to the spill file and come back bit-identical
+ * (restored, read from the host, written from the host); faults at every
+ * N, a full disk and a missing directory leave every buffer intact and say
+ * why; threads spill through the disk at once with every result checked.
+ * Each test runs in its own process (main.c), with its own spill
+ * directory.
+ */
+#include "test.h"
+#include "tests.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DB (1u << 20)
+#define DN 8
+
+/* A fresh spill directory for this test's process. */
+static void spill_dir(char *out, size_t len)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(out, len, "%s/spillway-disk-XXXXXX",
+             base != NULL && base[0] ? base : "/tmp");
+    if (mkdtemp(out) == NULL)
+        FAIL("mkdtemp: %s", strerror(errno));
+    ASSERT_EQ(setenv("SPILLWAY_SPILL_DIR", out, 1), 0);
+}
+
+static uint64_t host_held(const sw_memory_info *m)
+{
+    return m->spilled - m->spilled_disk + m->host_copies + m->host_pool;
+}
+
+static sw_buffer_state dstate(sw_buffer *b)
+{
+    sw_buffer_state st;
+    ASSERT_OK(sw_buffer_state_get(b, &st));
+    return st;
+}
+
+/* DN patterned buffers of DB bytes under a device budget of two of them
+ * and a host budget of `host` bytes: most spill, most of that to disk. */
+static void fill_set(sw_device *dev, sw_buffer **b, uint64_t host)
+{
+    ASSERT_OK(sw_set_host_budget(dev, host));
+    ASSERT_OK(sw_set_memory_budget(dev, 2 * test_round(DB)));
+    for (int i = 0; i < DN; i++) {
+        b[i] = test_alloc(dev, DB, "disk set");
+        test_write_pattern(b[i], 40 + (uint32_t)i);
+    }
+}
+
+TEST(disk_spills_past_the_host_budget)
+{
+    test_require_spill();
+    char dir[256];
+    spill_dir(dir, sizeof dir);
+    sw_device *dev = test_device();
+    sw_buffer *b[DN];
+    ASSERT_OK(sw_trace_start(dev, NULL));
+    fill_set(dev, b, 2 * DB);
+    /* Met once the copies in flight have landed. */
+    ASSERT_OK(sw_set_host_budget(dev, 2 * DB));
+    sw_memory_info m = test_info(dev);
+    ASSERT_UEQ(m.host_budget, 2 * DB);
+    ASSERT_TRUE(host_held(&m) <= 2 * DB);
+    ASSERT_TRUE(m.spilled_disk >= 4 * (uint64_t)DB);
+    ASSERT_TRUE(m.disk_write_bytes >= 4 * (uint64_t)DB);
+    ASSERT_TRUE(m.spilled_disk <= m.spilled);
+    /* Read from the host: straight from the file where it is there. */
+    for (int i = 0; i < DN; i++)
+        test_expect_pattern(b[i], 40 + (uint32_t)i);
+    ASSERT_TRUE(test_info(dev).disk_read_bytes >= 4 * (uint64_t)DB);
+    /* Written from the host: brought back to host memory first. */
+    int on_disk = -1;
+    for (int i = 0; i < DN && on_disk < 0; i++)
+        if (dstate(b[i]) == SW_SPILLED)
+            on_disk = i;
+    ASSERT_TRUE(on_disk >= 0);
+    test_write_pattern(b[on_disk], 77);
+    /* Restored through kernels: every one comes back bit-identical. */
+    for (int i = 0; i < DN; i++) {
+        sw_scalar s;
+        ASSERT_OK(sw_op_sum(b[i], SW_UINT32, DB / 4, &s));
+        test_expect_pattern(b[i], i == on_disk ? 77 : 40 + (uint32_t)i);
+    }
+    m = test_info(dev);
+    ASSERT_TRUE(host_held(&m) <= 2 * DB + DB); /* a copy may be in flight */
+    /* The history saw both ways, with the totals. */
+    ASSERT_OK(sw_trace_stop(dev));
+    static sw_trace_event ev[65536];
+    size_t count = 0;
+    ASSERT_OK(sw_trace_read(dev, ev, 65536, &count, NULL));
+    int writes = 0, reads = 0;
+    for (size_t i = 0; i < count; i++) {
+        writes += ev[i].kind == SW_TRACE_DISK_WRITE;
+        reads += ev[i].kind == SW_TRACE_DISK_READ;
+        if (ev[i].kind == SW_TRACE_DISK_WRITE)
+            ASSERT_TRUE(ev[i].spilled_disk >= test_round(DB));
+    }
+    ASSERT_TRUE(writes >= 4 && reads >= 1);
+    ASSERT_STR_EQ(sw_trace_kind_name(SW_TRACE_DISK_WRITE), "disk_write");
+    for (int i = 0; i < DN; i++)
+        ASSERT_OK(sw_buffer_free(b[i]));
+    m = test_info(dev);
+    ASSERT_UEQ(m.spilled_disk, 0);
+    ASSERT_UEQ(m.spilled, 0);
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_OK(sw_set_host_budget(dev, 0));
+    ASSERT_EQ(rmdir(dir), 0); /* nothing was left in it */
+}
+
+/* A host budget below what is spilled at once, set after the spills. */
+TEST(disk_budget_lowered_under_spilled_data)
+{
+    test_require_spill();
+    char dir[256];
+    spill_dir(dir, sizeof dir);
+    sw_device *dev = test_device();
+    sw_buffer *b[DN];
+    fill_set(dev, b, 0);
+    sw_memory_info m = test_info(dev);
+    ASSERT_UEQ(m.spilled_disk, 0);
+    ASSERT_OK(sw_set_host_budget(dev, DB / 2)); /* less than one buffer */
+    m = test_info(dev);
+    ASSERT_TRUE(host_held(&m) <= DB / 2);
+    ASSERT_UEQ(m.spilled_disk, m.spilled);
+    for (int i = 0; i < DN; i++)
+        test_expect_pattern(b[i], 40 + (uint32_t)i);
+    /* Bad input. */
+    ASSERT_ERR(sw_set_host_budget(NULL, 1), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_get_host_budget(dev, NULL), SW_ERR_INVALID_ARG);
+    uint64_t hb = 0;
+    ASSERT_OK(sw_get_host_budget(dev, &hb));
+    ASSERT_UEQ(hb, DB / 2);
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_OK(sw_set_host_budget(dev, 0));
+    for (int i = 0; i < DN; i++)
+        ASSERT_OK(sw_buffer_free(b[i]));
+    (void)rmdir(dir);
+}
+
+/* Disk faults at every N: each call either works or fails saying why,
+ * and every buffer ends bit-identical. */
+TEST(disk_faults_at_every_n)
+{
+    test_require_spill();
+    char dir[256];
+    spill_dir(dir, sizeof dir);
+    sw_device *dev = test_device();
+    int failures = 0;
+    for (uint64_t nth = 1; nth <= 12; nth++) {
+        sw_buffer *b[DN];
+        fill_set(dev, b, 0);
+        ASSERT_OK(sw_inject_fault(dev, SW_FAULT_DISK, nth, 0));
+        int rc = sw_set_host_budget(dev, DB); /* the budget stands */
+        ASSERT_EQ(rc, SW_OK);
+        for (int i = 0; i < DN; i++) {
+            uint32_t word;
+            rc = sw_buffer_read(b[i], 0, &word, sizeof word);
+            sw_scalar s;
+            if (rc == SW_OK)
+                rc = sw_op_sum(b[i], SW_UINT32, DB / 4, &s);
+            if (rc != SW_OK) {
+                failures++;
+                ASSERT_EQ(rc, SW_ERR_HOST_OOM);
+                ASSERT_TRUE(strstr(sw_last_error(), "injected") != NULL);
+            }
+        }
+        ASSERT_OK(sw_inject_fault(dev, SW_FAULT_DISK, 0, 0));
+        for (int i = 0; i < DN; i++)
+            test_expect_pattern(b[i], 40 + (uint32_t)i);
+        ASSERT_OK(sw_set_memory_budget(dev, 0));
+        ASSERT_OK(sw_set_host_budget(dev, 0));
+        for (int i = 0; i < DN; i++)
+            ASSERT_OK(sw_buffer_free(b[i]));
+    }
+    ASSERT_TRUE(failures > 0); /* the faults were met */
+    (void)rmdir(dir);
+}
+
+/* The directory: missing when the file is first needed (the spill fails,
+ * saying where), removed after (nothing changes: the file is unlinked). */
+TEST(disk_directory_missing_or_removed)
+{
+    test_require_spill();
+    char dir[256];
+    spill_dir(dir, sizeof dir);
+    ASSERT_EQ(rmdir(dir), 0);
+    sw_device *dev = test_device();
+    ASSERT_OK(sw_set_host_budget(dev, DB));
+    ASSERT_OK(sw_set_memory_budget(dev, 2 * test_round(DB)));
+    sw_buffer *b[4];
+    int refused = -1;
+    for (int i = 0; i < 4; i++) {
+        sw_buffer *x = NULL;
+        int rc = sw_buffer_alloc(dev, DB, "disk dir", &x);
+        if (rc != SW_OK) {
+            ASSERT_EQ(rc, SW_ERR_HOST_OOM);
+            ASSERT_TRUE(strstr(sw_last_error(), dir) != NULL);
+            ASSERT_TRUE(strstr(sw_last_error(), "No such file") != NULL);
+            refused = i;
+            break;
+        }
+        b[i] = x;
+        test_write_pattern(b[i], 60 + (uint32_t)i);
+    }
+    ASSERT_TRUE(refused > 0);
+    for (int i = 0; i < refused; i++)
+        test_expect_pattern(b[i], 60 + (uint32_t)i);
+    /* Made again: the spills go through. */
+    ASSERT_EQ(mkdir(dir, 0700), 0);
+    for (int i = refused; i < 4; i++) {
+        b[i] = test_alloc(dev, DB, "disk dir");
+        test_write_pattern(b[i], 60 + (uint32_t)i);
+    }
+    ASSERT_OK(sw_set_host_budget(dev, DB));
+    ASSERT_TRUE(test_info(dev).spilled_disk > 0);
+    /* Removed under the process: the unlinked file lives on. */
+    ASSERT_EQ(rmdir(dir), 0);
+    sw_buffer *more = test_alloc(dev, DB, "after rmdir");
+    test_write_pattern(more, 70);
+    ASSERT_OK(sw_set_host_budget(dev, DB / 2));
+    for (int i = 0; i < 4; i++)
+        test_expect_pattern(b[i], 60 + (uint32_t)i);
+    test_expect_pattern(more, 70);
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_OK(sw_set_host_budget(dev, 0));
+    for (int i = 0; i < 4; i++)
+        ASSERT_OK(sw_buffer_free(b[i]));
+    ASSERT_OK(sw_buffer_free(more));
+}
+
+/* A full disk: a file size limit (RLIMIT_FSIZE, EFBIG; what a small
+ * filesystem's ENOSPC does to the same writes), in a child of its own. */
+static int full_disk_child(void *arg)
+{
+    (void)arg;
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {.rlim_cur = 3 * DB / 2, .rlim_max = 3 * DB / 2};
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+        return 10;
+    sw_device *dev = NULL;
+    if (sw_device_open(test_device_spec(), &dev) != SW_OK)
+        return 11;
+    sw_set_host_budget(dev, DB);
+    sw_set_memory_budget(dev, 2 * test_round(DB));
+    sw_buffer *b[6] = {0};
+    uint32_t *v = malloc(DB);
+    int refused = 0;
+    for (int i = 0; i < 6; i++) {
+        if (sw_buffer_alloc(dev, DB, "full", &b[i]) != SW_OK) {
+            if (strstr(sw_last_error(), "too large") == NULL &&
+                strstr(sw_last_error(), "space") == NULL)
+                return 12;
+            refused++;
+            b[i] = NULL;
+            continue;
+        }
+        for (size_t k = 0; k < DB / 4; k++)
+            v[k] = (uint32_t)(i * 1000003u + k);
+        if (sw_buffer_write(b[i], 0, v, DB) != SW_OK)
+            return 13;
+    }
+    if (refused == 0)
+        return 14; /* the limit was never met */
+    for (int i = 0; i < 6; i++) {
+        if (b[i] == NULL)
+            continue;
+        if (sw_buffer_read(b[i], 0, v, DB) != SW_OK)
+            return 15;
+        for (size_t k = 0; k < DB / 4; k++)
+            if (v[k] != (uint32_t)(i * 1000003u + k))
+                return 16;
+    }
+    sw_set_memory_budget(dev, 0);
+    sw_set_host_budget(dev, 0);
+    for (int i = 0; i < 6; i++)
+        sw_buffer_free(b[i]);
+    free(v);
+    return sw_device_close(dev) == SW_OK ? 0 : 17;
+}
+
+TEST(disk_full)
+{
+    test_require_spill();
+    char dir[256];
+    spill_dir(dir, sizeof dir);
+    char err[2048];
+    int st = test_fork_run(full_disk_child, NULL, err, sizeof err);
+    (void)rmdir(dir);
+    if (st != 0)
+        FAIL("the child ended with status %d: %s", st, err);
+}
+
+/* Threads fill, read and sum their own buffers under both budgets (a
+ * quarter of the buffers on the device, one in host memory): every
+ * spill goes through the disk, and every result is checked. */
+#define TD_THREADS 4
+#define TD_PER 3
+#define TD_N (64u << 10) /* uint32 elements: 256 KiB */
+
+typedef struct {
+    sw_device *dev;
+    int id;
+} td_arg;
+
+static void *td_worker(void *p)
+{
+    td_arg *a = p;
+    sw_buffer *b[TD_PER];
+    uint32_t val[TD_PER];
+    for (int i = 0; i < TD_PER; i++) {
+        b[i] = test_alloc(a->dev, TD_N * 4, "disk thread");
+        val[i] = (uint32_t)(a->id * 10 + i);
+        sw_scalar s = {.u = val[i]};
+        ASSERT_OK(sw_op_fill(b[i], SW_UINT32, TD_N, s));
+    }
+    uint64_t rng = 0x9E3779B97F4A7C15ull * (uint64_t)(a->id + 1);
+    for (int it = 0; it < 60; it++) {
+        int i = (int)(test_rand(&rng) % TD_PER);
+        int what = (int)(test_rand(&rng) % 3);
+        if (what == 0) {
+            val[i] = (uint32_t)(test_rand(&rng) % 1000);
+            sw_scalar s = {.u = val[i]};
+            ASSERT_OK(sw_op_fill(b[i], SW_UINT32, TD_N, s));
+        } else if (what == 1) {
+            uint32_t w[4];
+            ASSERT_OK(sw_buffer_read(b[i], 4096, w, sizeof w));
+            for (int k = 0; k < 4; k++)
+                if (w[k] != val[i])
+                    FAIL("thread %d buffer %d: %u, want %u", a->id, i, w[k],
+                         val[i]);
+        } else {
+            sw_scalar s;
+            ASSERT_OK(sw_op_sum(b[i], SW_UINT32, TD_N, &s));
+            ASSERT_UEQ(s.u, (uint64_t)val[i] * TD_N);
+        }
+    }
+    for (int i = 0; i < TD_PER; i++)
+        ASSERT_OK(sw_buffer_free(b[i]));
+    return NULL;
+}
+
+TEST(thread_disk_tier)
+{
+    test_require_spill();
+    char dir[256];
+    spill_dir(dir, sizeof dir);
+    sw_device *dev = test_device();
+    uint64_t one = test_round(TD_N * 4);
+    ASSERT_OK(sw_set_memory_budget(dev, TD_THREADS * TD_PER * one / 4 +
+                                            TD_THREADS * one));
+    ASSERT_OK(sw_set_host_budget(dev, one));
+    pthread_t t[TD_THREADS];
+    td_arg args[TD_THREADS];
+    for (int i = 0; i < TD_THREADS; i++) {
+        args[i] = (td_arg){.dev = dev, .id = i};
+        ASSERT_EQ(pthread_create(&t[i], NULL, td_worker, &args[i]), 0);
+    }
+    for (int i = 0; i < TD_THREADS; i++)
+        pthread_join(t[i], NULL);
+    sw_memory_info m = test_info(dev);
+    ASSERT_TRUE(m.disk_write_bytes > 0);
+    ASSERT_UEQ(m.spilled_disk, 0);
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_OK(sw_set_host_budget(dev, 0));
+    (void)rmdir(dir);
+}

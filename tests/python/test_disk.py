@@ -1,0 +1,110 @@
+"""The host budget and the disk tier (issue 27): sw.set_host_budget bounds
+the host memory a device holds for spilled arrays; past it they go to a
+file under $SPILLWAY_SPILL_DIR and come back bit-identical."""
+
+import numpy as np
+import pytest
+
+import spillway as sw
+
+N = 1 << 18  # float32: 1 MiB
+
+
+@pytest.fixture
+def budgets(dev, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPILLWAY_SPILL_DIR", str(tmp_path))
+    yield dev
+    sw.set_memory_budget(None, dev)
+    sw.set_host_budget(None, dev)
+
+
+def host_held(s):
+    return s["spilled"] - s["spilled_disk"] + s["host_copies"] + \
+        s["host_pool"]
+
+
+@pytest.mark.spills
+def test_spilled_arrays_go_to_disk_and_come_back(budgets):
+    dev = budgets
+    sw.set_host_budget("2M", dev)
+    assert sw.memory_stats(dev)["host_budget"] == 2 << 20
+    sw.set_memory_budget(2 << 20, dev)
+    want = [np.arange(N, dtype=np.float32) * (i + 1) for i in range(8)]
+    arrays = [sw.asarray(w, device=dev) for w in want]
+    sw.set_host_budget("2M", dev)  # met once the copies have landed
+    s = sw.memory_stats(dev)
+    assert s["spilled_disk"] >= 4 << 20
+    assert s["disk_write_bytes"] >= 4 << 20 and s["disk_write_seconds"] > 0
+    assert host_held(s) <= 2 << 20
+    for a, w in zip(arrays, want):       # host reads: from the file
+        np.testing.assert_array_equal(a.numpy(), w)
+    for a, w in zip(arrays, want):       # restored through a kernel
+        assert float(a.sum()) == float(w.sum())
+    arrays[3][5] = -1.0                  # a host write of a spilled array
+    want[3][5] = -1.0
+    for a, w in zip(arrays, want):
+        np.testing.assert_array_equal(a.numpy(), w)
+    assert sw.memory_stats(dev)["disk_read_bytes"] > 0
+    del arrays
+    assert sw.memory_stats(dev)["spilled_disk"] == 0
+
+
+@pytest.mark.spills
+def test_history_records_the_disk(budgets):
+    dev = budgets
+    with sw.memory_history(device=dev) as h:
+        sw.set_memory_budget(1 << 20, dev)
+        sw.set_host_budget(1, dev)
+        a = sw.ones(N, device=dev)
+        b = sw.ones(N, device=dev)  # a goes out ...
+        sw.set_host_budget(1, dev)  # ... to the file, once its copy landed
+        assert sw.memory_stats(dev)["spilled_disk"] >= 1 << 20
+        assert float(a.sum()) == N  # and back
+        del a, b
+    events, _ = h.events()
+    kinds = [e["kind"] for e in events]
+    assert "disk_write" in kinds and "disk_read" in kinds
+    assert "host_budget" in kinds
+    assert max(e["spilled_disk"] for e in events) >= 1 << 20
+
+
+def test_set_host_budget_forms_and_bad_input(budgets):
+    dev = budgets
+    sw.set_host_budget(1 << 30, dev)
+    assert sw.memory_stats(dev)["host_budget"] == 1 << 30
+    sw.set_host_budget("512M", dev)
+    assert sw.memory_stats(dev)["host_budget"] == 512 << 20
+    sw.set_host_budget(0.5, dev)  # half of the machine's memory
+    assert sw.memory_stats(dev)["host_budget"] > 0
+    sw.set_host_budget(None, dev)
+    assert sw.memory_stats(dev)["host_budget"] is None
+    with pytest.raises(TypeError, match="not a bool"):
+        sw.set_host_budget(True, dev)
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        sw.set_host_budget(1.5, dev)
+    with pytest.raises(ValueError):
+        sw.set_host_budget("12 parsecs", dev)
+    assert sw.memory_stats(dev)["host_budget"] is None  # unchanged
+
+
+@pytest.mark.spills
+def test_a_disk_fault_loses_nothing(budgets):
+    _testing = pytest.importorskip("spillway._testing")
+    dev = budgets
+    sw.set_memory_budget(1 << 20, dev)
+    a = sw.asarray(np.arange(N, dtype=np.float32), device=dev)
+    b = sw.ones(N, device=dev)  # a spilled
+    _testing.inject_fault(dev, "disk", 1)
+    sw.set_host_budget(1, dev)  # its write to disk fails; the budget stands
+    _testing.inject_fault(dev, "disk", 0)
+    s = sw.memory_stats(dev)
+    assert s["host_budget"] == 1 and s["spilled_disk"] == 0
+    np.testing.assert_array_equal(a.numpy(), np.arange(N, dtype=np.float32))
+    sw.set_host_budget(1, dev)  # now it goes
+    assert sw.memory_stats(dev)["spilled_disk"] >= 1 << 20
+    _testing.inject_fault(dev, "disk", 1)
+    with pytest.raises(MemoryError, match="injected"):
+        a.numpy()  # the read from disk fails
+    _testing.inject_fault(dev, "disk", 0)
+    np.testing.assert_array_equal(a.numpy(), np.arange(N, dtype=np.float32))
+    del a, b
