@@ -24,15 +24,15 @@ MIB = 1024.0 * 1024.0
 def load_history(path):
     """The timeline of a dump, normalized: a dict with ``device``, ``t``
     (seconds), ``in_use``, ``cached``, ``spilled``, ``budget``,
-    ``host_copies`` (lists of the same length), ``spills`` and ``restores`` ([(t, bytes, tag)]),
+    ``host_copies``, ``spilled_disk`` (lists of the same length), ``spills`` and ``restores`` ([(t, bytes, tag)]),
     ``ooms`` ([(t, requested, tag)]), ``allocs`` ([(t, bytes, tag,
     site)]), ``moves`` ([(t, buffer, what, bytes, tag)], what one of
-    "alloc", "spill", "restore", "dirty", "free": each buffer's changes of
-    place, for the lanes) and ``dropped``."""
+    "alloc", "spill", "restore", "dirty", "disk", "undisk", "free": each
+    buffer's changes of place, for the lanes) and ``dropped``."""
     with open(path) as f:
         doc = json.load(f)
     h = dict(device="?", t=[], in_use=[], cached=[], spilled=[], budget=[],
-             host_copies=[], moves=[], spills=[], restores=[], ooms=[], allocs=[], dropped=0)
+             host_copies=[], spilled_disk=[], moves=[], spills=[], restores=[], ooms=[], allocs=[], dropped=0)
     if "traceEvents" in doc:
         _from_chrome(doc, h)
     elif doc.get("format") == "spillway-snapshot":
@@ -55,11 +55,12 @@ def _from_chrome(doc, h):
             budget = args.get("budget", 0)
             if h["t"]:
                 _append(h, t, h["in_use"][-1], h["cached"][-1],
-                        h["spilled"][-1], budget, h["host_copies"][-1])
+                        h["spilled"][-1], budget, h["host_copies"][-1],
+                        h["spilled_disk"][-1])
         elif ph == "C" and name == "memory":
             _append(h, t, args.get("in_use", 0), args.get("cached", 0),
                     args.get("spilled", 0), budget,
-                    args.get("host_copies", 0))
+                    args.get("host_copies", 0), args.get("spilled_disk", 0))
         elif name in ("spill", "restore"):
             if args.get("aux", 0) < 2:  # 2, 3: nothing was copied
                 h[name + "s"].append((t, args.get("bytes", 0),
@@ -79,7 +80,8 @@ def _from_chrome(doc, h):
 
 # Events that change where a buffer is, by their names in the history.
 _MOVES = {"alloc": "alloc", "free": "free", "host_copy_drop": "dirty",
-          "spill_begin": "spill", "restore_begin": "restore"}
+          "spill_begin": "spill", "restore_begin": "restore",
+          "disk_write": "disk", "disk_read": "undisk"}
 
 
 def _from_snapshot(doc, h):
@@ -91,7 +93,8 @@ def _from_snapshot(doc, h):
     for ev in events:
         t = (ev["time_ns"] - t0) / 1e9
         _append(h, t, ev["in_use"], ev["cached"], ev["spilled"],
-                ev["budget"], ev.get("host_copies", 0))
+                ev["budget"], ev.get("host_copies", 0),
+                ev.get("spilled_disk", 0))
         kind = ev["kind"]
         if kind in _MOVES:
             h["moves"].append((t, ev["buffer"], _MOVES[kind], ev["size"],
@@ -108,9 +111,11 @@ def _from_snapshot(doc, h):
                                 stack[0] if stack else None))
 
 
-def _append(h, t, in_use, cached, spilled, budget, host_copies):
+def _append(h, t, in_use, cached, spilled, budget, host_copies,
+            spilled_disk):
     h["t"].append(t)
     h["host_copies"].append(host_copies)
+    h["spilled_disk"].append(spilled_disk)
     h["in_use"].append(in_use)
     h["cached"].append(cached)
     h["spilled"].append(spilled)
@@ -120,15 +125,16 @@ def _append(h, t, in_use, cached, spilled, budget, host_copies):
 # Lane colours: where a buffer is.
 _PLACES = {"resident": ("#4878d0", "on the device"),
            "clean": ("#8c7ae6", "on the device, clean host copy"),
-           "spilled": ("#ee854a", "spilled (host)")}
+           "spilled": ("#ee854a", "spilled (host)"),
+           "disk": ("#8c564b", "spilled (disk)")}
 
 
 def buffer_lanes(h, lanes=8):
     """The largest buffers of a loaded history (``load_history``: by bytes
     held over time), each
     as (label, [(start, end, place)]), place one of "resident", "clean"
-    (resident with a clean host copy) and "spilled"; in the order they
-    first appear."""
+    (resident with a clean host copy), "spilled" (in host memory) and
+    "disk" (in the spill file); in the order they first appear."""
     if not h["t"]:
         return []
     t0, t1 = h["t"][0], h["t"][-1]
@@ -152,12 +158,14 @@ def buffer_lanes(h, lanes=8):
         what0 = ms[0][1]
         # Before its first event: where that event says it was.
         place = {"spill": "resident", "restore": "spilled",
-                 "dirty": "clean", "free": "resident"}.get(what0)
+                 "dirty": "clean", "free": "resident", "disk": "spilled",
+                 "undisk": "disk"}.get(what0)
         start = t0
         segs = []
         for when, what, _, _ in ms:
             nxt = {"alloc": "resident", "spill": "spilled",
                    "restore": "clean", "dirty": "resident",
+                   "disk": "disk", "undisk": "spilled",
                    "free": None}[what]
             if place is not None and when > start:
                 segs.append((start, when, place))
@@ -196,12 +204,17 @@ def plot_memory_history(trace, out=None, title=None, holders=5, lanes=8):
         lx = None
     t = h["t"]
     if t:
+        # The tiers: the device (in use, cached), the host (spilled copies
+        # in host memory), the disk (those in the spill file).
         ax.stackplot(t, [v / MIB for v in h["in_use"]],
                      [v / MIB for v in h["cached"]],
-                     [v / MIB for v in h["spilled"]],
-                     labels=["in use", "cached", "spilled (host)"],
-                     colors=["#4878d0", "#a1c9f4", "#ee854a"], step="post",
-                     alpha=0.9)
+                     [(s - d) / MIB for s, d in zip(h["spilled"],
+                                                    h["spilled_disk"])],
+                     [v / MIB for v in h["spilled_disk"]],
+                     labels=["in use", "cached", "spilled (host)",
+                             "spilled (disk)"],
+                     colors=["#4878d0", "#a1c9f4", "#ee854a", "#8c564b"],
+                     step="post", alpha=0.9)
         if any(h["host_copies"]):
             # Part of in use: resident buffers whose host copy, kept since
             # their restore, still holds their bytes (evicted for free).

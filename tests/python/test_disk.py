@@ -108,3 +108,25 @@ def test_a_disk_fault_loses_nothing(budgets):
     _testing.inject_fault(dev, "disk", 0)
     np.testing.assert_array_equal(a.numpy(), np.arange(N, dtype=np.float32))
     del a, b
+
+
+@pytest.mark.spills
+@pytest.mark.parametrize("fmt", ["chrome", "snapshot"])
+def test_the_picture_has_the_disk_tier(budgets, tmp_path, fmt):
+    from spillway.plot import buffer_lanes, load_history
+    dev = budgets
+    with sw.memory_history(device=dev) as h:
+        sw.set_memory_budget(1 << 20, dev)
+        sw.set_host_budget(1, dev)
+        a = sw.ones(N, device=dev)
+        b = sw.ones(N, device=dev)  # a out ...
+        sw.set_host_budget(1, dev)  # ... to disk
+        assert float(a.sum()) == N  # and back
+        del a, b
+    path = tmp_path / ("h." + fmt)
+    h.dump(str(path), format=fmt)
+    hist = load_history(str(path))
+    assert max(hist["spilled_disk"]) >= 1 << 20
+    places = {p for _, segs in buffer_lanes(hist, lanes=2)
+              for _, _, p in segs}
+    assert "disk" in places and "spilled" in places
