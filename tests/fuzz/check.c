@@ -242,8 +242,14 @@ static void check_resource_failure(fz_engine *e, const char *call, int rc,
                 e->w->spec[d], (uint64_t)p->f, (uint64_t)m.f);
         SAME(in_use) SAME(cached) SAME(spilled) SAME(spills) SAME(restores)
         SAME(spilled_bytes_total) SAME(restored_bytes_total) SAME(allocs)
-        SAME(frees) SAME(live_buffers) SAME(host_copies)
-        SAME(clean_evictions)
+        SAME(frees) SAME(live_buffers) SAME(clean_evictions)
+        /* Clean copies may be given up on the way (a host budget making
+         * room): host memory let go, nothing of the data moved. */
+        if (m.host_copies > p->host_copies)
+            fz_fail(e->w, e, "%s failed saying \"nothing was moved\", and "
+                    "yet host_copies grew on %s: %" PRIu64 " -> %" PRIu64,
+                    call, e->w->spec[d], (uint64_t)p->host_copies,
+                    (uint64_t)m.host_copies);
 #undef SAME
     }
 }
