@@ -316,6 +316,12 @@ static bool op_write(fz_engine *e, fz_src *s)
     fz_draw_bytes(s, e->tmp, n, (sw_dtype)fz_below(s, 4));
     int before = state_of_slot(e, i);
     fz_note(e, "write handle %d [%zu, +%zu) (state %d)", i, off, n, before);
+    /* The core orders a host transfer after every queue's work on the
+     * same base, not on another base over the same memory (a wrap and the
+     * allocation under it): that is the caller's.  (Missing, a queue's
+     * axpy on an allocation overwrote a host write through a wrap made
+     * over it -- found by the fuzzer.) */
+    fz_order_before(e, e->alloc[b->alloc].devi, -1, &i, 1);
     int rc = sw_buffer_write(b->h, off, e->tmp, n);
     if (!fz_result(e, "sw_buffer_write", rc, FZ_OK, 0, NULL))
         return true;
@@ -338,6 +344,7 @@ static bool op_read(fz_engine *e, fz_src *s)
     size_t n = fz_below(s, b->size - off + 1);
     int before = state_of_slot(e, i);
     fz_note(e, "read handle %d [%zu, +%zu) (state %d)", i, off, n, before);
+    fz_order_before(e, e->alloc[b->alloc].devi, -1, &i, 1); /* (as a write) */
     int rc = sw_buffer_read(b->h, off, e->tmp, n);
     if (!fz_result(e, "sw_buffer_read", rc, FZ_OK, 0, NULL))
         return true;
@@ -418,6 +425,7 @@ static bool op_fill(fz_engine *e, fz_src *s)
     int slots[1] = {i};
     fz_note(e, "fill handle %d [%zu, +%zu) with a %zu-byte pattern", i, off,
             n, ps);
+    fz_order_before(e, e->alloc[b->alloc].devi, -1, slots, 1);
     int rc = sw_buffer_fill(b->h, off, n, pat, ps);
     fz_process_callbacks(e); /* a restore may have run them */
     if (!fz_result(e, "sw_buffer_fill", rc, fz_expect_for(e, slots, 1), 0,

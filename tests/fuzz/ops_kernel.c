@@ -193,6 +193,8 @@ static bool op_sum(fz_engine *e, fz_src *s)
     sw_scalar out;
     memset(&out, 0x5A, sizeof out);
     e->may_spill = true; /* with no scratch memory, a temporary buffer */
+    if (!bad)
+        fz_order_before(e, devi, -1, slots, 1); /* aliased memory */
     int rc = sw_op_sum(b->h, d, n, &out);
     /* Every scratch slot busy (never, with one engine) or no scratch
      * memory to be had (an injected or real shortage at a device's first
