@@ -138,8 +138,11 @@ static int disk_write_locked(sw_device *dev, sw__buf *b)
     int fd = dev->disk_fd;
     void *p = b->host;
     size_t n = b->size;
-    b->moving = true; /* no one reads, writes, frees or restores it */
-    b->pins++;
+    /* Moving: no one reads, writes, restores or releases it meanwhile (a
+     * free waits for the end).  Not a pin: pins are the caller's to count
+     * (sw_launch_end checks them), and this may be another thread's call
+     * making room. */
+    b->moving = true;
     dev->waiting++;
     sw__unlock(dev);
     double t0 = now_seconds();
@@ -171,9 +174,7 @@ static int disk_write_locked(sw_device *dev, sw__buf *b)
         dev->disk_write_seconds += dt;
         SW__TRACE(dev, SW_TRACE_DISK_WRITE, b, b->alloc_size, 0, 0);
     }
-    /* Not sw__unpin_locked: going to disk is no use of the buffer. */
-    b->pins--;
-    sw__maybe_release_locked(dev, b);
+    sw__maybe_release_locked(dev, b); /* freed meanwhile */
     return rc;
 }
 
@@ -224,11 +225,9 @@ int sw__host_room_locked(sw_device *dev, uint64_t need, bool wait)
         sw__buf *busy;
         sw__buf *b = disk_victim_locked(dev, &busy);
         if (b == NULL && busy != NULL && wait && waits++ < 64) {
-            /* A spill's copy out still in flight: its end first. */
-            busy->pins++;
-            (void)sw__xfer_wait_locked(dev, busy);
-            busy->pins--;
-            sw__maybe_release_locked(dev, busy);
+            /* A spill's copy out still in flight: its end first (the xfer
+             * held, not the buffer, which may be freed meanwhile). */
+            sw__xfer_settle_locked(dev, busy);
             continue;
         }
         if (b == NULL)
