@@ -185,6 +185,10 @@ static sw__buf *disk_victim_locked(sw_device *dev, sw__buf **busy)
     sw__buf *best = NULL;
     *busy = NULL;
     for (sw__buf *b = dev->live; b != NULL; b = b->live_next) {
+        /* A clean copy whose copy in is still in flight can be given up
+         * once it lands. */
+        if (b->clean && b->xfer != NULL && !b->hold_host)
+            *busy = b;
         if (b->state != SW_SPILLED || b->host == NULL || b->on_disk ||
             b->lost || b->moving || b->pins > 0 || b->size == 0)
             continue;
@@ -201,12 +205,19 @@ static sw__buf *disk_victim_locked(sw_device *dev, sw__buf **busy)
 int sw__host_room_locked(sw_device *dev, uint64_t need, bool wait)
 {
     sw__assert_locked(dev);
+    /* Landed copies first: a restore's source block, written since, is
+     * counted nowhere until its copy in is seen done and it goes back to
+     * the pool. */
+    if (dev->host_budget != 0 && dev->xfers != NULL)
+        sw__xfer_poll_locked(dev);
     for (int waits = 0;;) {
         uint64_t budget = dev->host_budget;
         uint64_t held = sw__host_held(dev);
         if (budget == 0 || held + need <= budget)
             return SW_OK;
         uint64_t over = held + need - budget;
+        if (dev->xfers != NULL)
+            sw__xfer_poll_locked(dev); /* landed copies: their blocks free */
         if (dev->host_copies > 0 &&
             sw__clean_drop_locked(dev, over, false) > 0)
             continue; /* the clean copies first: they cost nothing */
@@ -220,13 +231,12 @@ int sw__host_room_locked(sw_device *dev, uint64_t need, bool wait)
             sw__host_pool_trim_locked(dev, keep);
             continue;
         }
-        if (dev->xfers != NULL)
-            sw__xfer_poll_locked(dev);
         sw__buf *busy;
         sw__buf *b = disk_victim_locked(dev, &busy);
         if (b == NULL && busy != NULL && wait && waits++ < 64) {
-            /* A spill's copy out still in flight: its end first (the xfer
-             * held, not the buffer, which may be freed meanwhile). */
+            /* A copy still in flight (a spill's out, a clean copy's in):
+             * its end first (the xfer held, not the buffer, which may be
+             * freed meanwhile). */
             sw__xfer_settle_locked(dev, busy);
             continue;
         }

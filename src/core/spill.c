@@ -528,10 +528,18 @@ static int spill_batch_locked(sw_device *dev, uint64_t need,
         bool fresh = host == NULL;
         if (fresh)
             host = sw__host_get_locked(dev, b->size, &hsize, &pinned);
-        /* Short of host memory: the clean copies are the first to go. */
+        /* Short of host memory: the clean copies are the first to go --
+         * into the pool, where a block of the size is taken again with no
+         * allocation; failing that, the pool to the system and a fresh
+         * one. */
         if (host == NULL && dev->host_copies > 0 &&
-            sw__clean_drop_locked(dev, b->alloc_size, true) > 0)
+            sw__clean_drop_locked(dev, b->alloc_size, false) > 0) {
             host = sw__host_get_locked(dev, b->size, &hsize, &pinned);
+            if (host == NULL) {
+                sw__host_pool_drain_locked(dev);
+                host = sw__host_get_locked(dev, b->size, &hsize, &pinned);
+            }
+        }
         if (host == NULL) {
             b->tmp_next = skipped;
             skipped = b;
