@@ -193,12 +193,12 @@ static int register_locked(const sw__backend_ops *ops)
         return rc;
     size_t n = atomic_load_explicit(&nbackends, memory_order_relaxed);
     for (size_t i = 0; i < n; i++)
-        if (strcmp(backends[i]->name, ops->name) == 0)
+        if (strcmp(sw__b_name(backends[i]), sw__b_name(ops)) == 0)
             return sw__errorf(SW_ERR_INVALID_ARG, "a backend named '%s' is "
-                              "registered already", ops->name);
+                              "registered already", sw__b_name(ops));
     if (n == MAX_BACKENDS)
         return sw__errorf(SW_ERR_BUSY, "backend '%s': this process has %d "
-                          "backends, the most it can", ops->name,
+                          "backends, the most it can", sw__b_name(ops),
                           MAX_BACKENDS);
     backends[n] = ops;
     atomic_store_explicit(&nbackends, n + 1, memory_order_release);

@@ -722,6 +722,9 @@ void sw__unrestore_locked(sw_device *dev, sw__buf *base);
 void sw__hold_end_locked(sw_device *dev, sw__buf *base);
 /* base's device copy may be written from now on: a clean copy's host
  * block goes (now, or when a copy still reading it is done). */
+/* Evict a clean base (clean.c): its device memory to the cache, its host
+ * block its only copy.  pre: unpinned, not moving, out of the heap. */
+void sw__evict_clean_locked(sw_device *dev, sw__buf *b);
 void sw__dirty_slow_locked(sw_device *dev, sw__buf *base);
 static inline void sw__dirty_locked(sw_device *dev, sw__buf *base)
 {
@@ -760,39 +763,7 @@ void *sw__host_get_locked(sw_device *dev, size_t size, size_t *got,
 void sw__host_put_locked(sw_device *dev, void *p, size_t size, bool pinned);
 void sw__host_pool_trim_locked(sw_device *dev, uint64_t limit);
 void sw__host_pool_drain_locked(sw_device *dev);
-/* ------------------------------------------------------------------------
- * The disk tier (disk.c)
- * ---------------------------------------------------------------------- */
-
-/* Host memory spillway holds for dev: spilled copies in host memory, the
- * clean copies and the idle staging pool. */
-static inline uint64_t sw__host_held(const sw_device *dev)
-{
-    return dev->spilled - dev->spilled_disk + dev->host_copies +
-           dev->hpool.bytes;
-}
-/* Under a host budget, make room for `need` more bytes of host copies:
- * the clean copies go first, then the idle pool, then the least recently
- * used spilled copies are written to disk (the lock released meanwhile),
- * after their copies out end (with wait; without, only those already
- * done).  Best effort where nothing more can move (pinned, in flight);
- * fails only when a write to disk does (the buffer stays in host memory,
- * intact, and the message says why). */
-int sw__host_room_locked(sw_device *dev, uint64_t need, bool wait);
-/* A spilled base's copy back from disk into a host block (the base is
- * moving and pinned by the caller; the lock is released meanwhile).  On
- * failure it stays on disk, intact. */
-int sw__disk_read_locked(sw_device *dev, sw__buf *base);
-/* n bytes at off of an on-disk base, read straight from the file (the
- * base pinned by the caller). */
-int sw__disk_pread_locked(sw_device *dev, sw__buf *base, size_t off, void *p,
-                          size_t n);
-/* An on-disk base released: its extent of the file is given back. */
-void sw__disk_release_locked(sw_device *dev, sw__buf *base);
-/* The device closes: the file goes. */
-void sw__disk_close_locked(sw_device *dev);
-/* Whether an armed fault of op hits this call (bops.c). */
-bool sw__fault_hits(sw_device *dev, sw_fault_op op);
+#include "core/disk.h"
 
 /* pthread_cond_wait on dev->moved, keeping the owner fields right. */
 void sw__cond_wait_locked(sw_device *dev);

@@ -1,0 +1,42 @@
+/*
+ * disk.h -- the disk tier's internal interface (disk.c): included by
+ * internal.h, after the structures it uses.
+ */
+#ifndef SW_CORE_DISK_H
+#define SW_CORE_DISK_H
+
+/* ------------------------------------------------------------------------
+ * The disk tier (disk.c)
+ * ---------------------------------------------------------------------- */
+
+/* Host memory spillway holds for dev: spilled copies in host memory, the
+ * clean copies and the idle staging pool. */
+static inline uint64_t sw__host_held(const sw_device *dev)
+{
+    return dev->spilled - dev->spilled_disk + dev->host_copies +
+           dev->hpool.bytes;
+}
+/* Under a host budget, make room for `need` more bytes of host copies:
+ * the clean copies go first, then the idle pool, then the least recently
+ * used spilled copies are written to disk (the lock released meanwhile),
+ * after their copies out end (with wait; without, only those already
+ * done).  Best effort where nothing more can move (pinned, in flight);
+ * fails only when a write to disk does (the buffer stays in host memory,
+ * intact, and the message says why). */
+int sw__host_room_locked(sw_device *dev, uint64_t need, bool wait);
+/* A spilled base's copy back from disk into a host block (the base is
+ * moving and pinned by the caller; the lock is released meanwhile).  On
+ * failure it stays on disk, intact. */
+int sw__disk_read_locked(sw_device *dev, sw__buf *base);
+/* n bytes at off of an on-disk base, read straight from the file (the
+ * base pinned by the caller). */
+int sw__disk_pread_locked(sw_device *dev, sw__buf *base, size_t off, void *p,
+                          size_t n);
+/* An on-disk base released: its extent of the file is given back. */
+void sw__disk_release_locked(sw_device *dev, sw__buf *base);
+/* The device closes: the file goes. */
+void sw__disk_close_locked(sw_device *dev);
+/* Whether an armed fault of op hits this call (bops.c). */
+bool sw__fault_hits(sw_device *dev, sw_fault_op op);
+
+#endif /* SW_CORE_DISK_H */
