@@ -564,6 +564,14 @@ static int host_synchronize(sw__bqueue *q)
     return SW_OK;
 }
 
+/* Work runs when it is queued: nothing is ever pending (and the core may
+ * skip a wait, e.g. the host's pin of sw_launch_begin_q). */
+static int host_queue_idle(sw__bqueue *q)
+{
+    (void)q;
+    return 1;
+}
+
 static int host_wait_event(sw__bqueue *q, sw__bevent *ev)
 {
     (void)q;
@@ -598,6 +606,7 @@ const sw__backend_ops sw__host_backend = {
     .event_release = host_event_release,
     .synchronize = host_synchronize,
     .wait_event = host_wait_event,
+    .queue_idle = host_queue_idle,
     .queue_native = host_queue_native,
     .queue_wrap = host_queue_wrap,
     .native_context = host_native_context,

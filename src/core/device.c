@@ -3,6 +3,7 @@
  * lock and handle validation.
  */
 #include "core/internal.h"
+#include "core/trypin.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -89,6 +90,16 @@ void sw__lock(sw_device *dev)
     atomic_store_explicit(&dev->owner, pthread_self(), memory_order_relaxed);
     atomic_store_explicit(&dev->owned, 1, memory_order_relaxed);
     sw__tl_dev = dev;
+}
+
+bool sw__trylock(sw_device *dev)
+{
+    if (pthread_mutex_trylock(&dev->lock) != 0)
+        return false;
+    atomic_store_explicit(&dev->owner, pthread_self(), memory_order_relaxed);
+    atomic_store_explicit(&dev->owned, 1, memory_order_relaxed);
+    sw__tl_dev = dev;
+    return true;
 }
 
 void sw__unlock(sw_device *dev)

@@ -1,12 +1,16 @@
 /*
  * launch.c -- launches: pinning arguments for kernels (the library's and
- * the caller's), on a device or in a queue's order.  The built-in kernels
- * and the operations built on them are ops.c's.
+ * the caller's) on a device.  launch_q.c has the pins in a queue's order;
+ * the built-in kernels and the operations built on them are ops.c's.
  */
 #include "core/internal.h"
+#include "core/launch.h"
 
 #include <stdio.h>
 #include <string.h>
+
+/* This thread's last begin (launch.h). */
+_Thread_local last_begin_t sw__last_begin_tl;
 
 /* ------------------------------------------------------------------------
  * Pinning
@@ -133,15 +137,9 @@ static void say_brought_back(int rc, size_t brought)
  * says: an add whose second operand cannot come back leaves its first,
  * which it brought back, resident.  Those restores hold their host copies
  * (hold_token: this call's) until the end. */
-/* Whether argument i may be written (access NULL: every one). */
-static inline bool acc_write(const unsigned char *access, size_t i)
-{
-    return access == NULL || access[i] != SW_ACCESS_READ;
-}
-
-static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
-                           const unsigned char *access, size_t n,
-                           sw_devmem *ptrs, size_t from)
+int sw__pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
+                        const unsigned char *access, size_t n,
+                        sw_devmem *ptrs, size_t from)
 {
     int rc = SW_OK;
     bool checked_fit = false, room_checked = false;
@@ -242,7 +240,7 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
     }
     /* The call succeeds: what it may write is no clean copy any more. */
     for (i = 0; i < n; i++)
-        if (acc_write(access, i))
+        if (sw__acc_write(access, i))
             sw__dirty_locked(dev, bufs[i]->base);
     /* Pointers: an argument restored after an earlier one was written
      * cannot have moved it (pinned), but a restore may have been of a base
@@ -255,40 +253,12 @@ static int pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
     return SW_OK;
 }
 
-/* The warm path's pin of one argument: its base resident, not moving, not
- * held by another call's restore, with nothing to order -- for the default
- * queue (q_bit 0): no queue used it (qmask 0, qsynced with it); for a
- * queue (q_bit its bit): that queue waited for the default queue's work on
- * it already and is marked as using it, and no prefetch's copy in is left
- * to wait for -- then pinned, used at `clock`, and its pointer written.
- * False (nothing done) for the general path. */
-static inline bool pin_warm(sw__buf *b, uint64_t clock, sw_devmem *p,
-                            uint64_t q_bit, bool write)
-{
-    sw__buf *base = b->base;
-    uint64_t m = base->qmask;
-    bool ordered = q_bit == 0 ? m == 0
-                              : (base->qsynced & q_bit) != 0 &&
-                                    (m & (q_bit | SW__QMASK_RESTORE)) == q_bit;
-    if (__builtin_expect(base->state != SW_RESIDENT || base->moving ||
-                             base->hold_host || !ordered ||
-                             (base->clean & write),
-                         0))
-        return false;
-    base->pins++;
-    base->last_use = clock;
-    uintptr_t mem = base->mem;
-    p->base = mem;
-    p->offset = mem ? b->offset : 0;
-    return true;
-}
-
 /* Make every argument resident and pin it.  pre: every argument is a
  * live buffer of dev (validated by the caller, so that a bad argument
  * fails before anything moves).  The warm path (all resident, no queue to
  * order) is a loop of its own, a state check, a pin and the pointer per
  * argument, with the device clock in a register; the first argument it
- * cannot take goes to pin_rest_locked, which restores a spilled one
+ * cannot take goes to sw__pin_rest_locked, which restores a spilled one
  * after pinning the others, so that making room for it can never spill
  * them. */
 int sw__pin_all_access_locked(sw_device *dev, sw__queue *q,
@@ -300,15 +270,15 @@ int sw__pin_all_access_locked(sw_device *dev, sw__queue *q,
     size_t i = 0;
     if (q == NULL && ptrs != NULL) {
         uint64_t clock = dev->clock;
-        for (; i < n && pin_warm(bufs[i], clock + 1, &ptrs[i], 0,
-                                 acc_write(access, i));
+        for (; i < n && sw__pin_warm(bufs[i], clock + 1, &ptrs[i], 0,
+                                 sw__acc_write(access, i));
              i++)
             clock++;
         dev->clock = clock;
         if (__builtin_expect(i == n, 1))
             return SW_OK;
     }
-    return pin_rest_locked(dev, q, bufs, access, n, ptrs, i);
+    return sw__pin_rest_locked(dev, q, bufs, access, n, ptrs, i);
 }
 
 int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
@@ -317,24 +287,8 @@ int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
     return sw__pin_all_access_locked(dev, q, bufs, NULL, n, ptrs);
 }
 
-/* Launch arguments decoded and checked, every one, before anything
- * moves: a failed call changes nothing.  Up to ARGS_ON_STACK need no host
- * memory. */
-#define ARGS_ON_STACK 16
-
-typedef struct {
-    sw__buf **v;
-    sw__buf *stack[ARGS_ON_STACK];
-} launch_args;
-
-static void args_free(launch_args *a)
-{
-    if (a->v != a->stack)
-        sw__free(a->v);
-}
-
-static int args_decode_locked(sw_device *dev, sw_buffer *const *h, size_t n,
-                              launch_args *a)
+int sw__args_decode_locked(sw_device *dev, sw_buffer *const *h, size_t n,
+                           launch_args *a)
 {
     a->v = a->stack;
     if (n > ARGS_ON_STACK) {
@@ -377,79 +331,16 @@ static int args_decode_locked(sw_device *dev, sw_buffer *const *h, size_t n,
             rc = sw__errorf(SW_ERR_INVALID_HANDLE, "launch argument %p was "
                             "freed", (const void *)h[i]);
         sw__error_append(" (argument %zu)", i);
-        args_free(a);
+        sw__args_free(a);
         return rc;
     }
     return SW_OK;
 }
 
-/* The arguments of this thread's last sw_launch_begin, decoded: the
- * matching sw_launch_end (the same array, unchanged) then checks each
- * handle's generation against its slot instead of decoding it again, and
- * so does the next sw_launch_begin with the same handles (a loop
- * launching the same kernel on the same buffers), while `memo` is the
- * device they were decoded for.
- * Reached through last_begin(): in a shared library the address of a
- * _Thread_local comes from a call to __tls_get_addr, which gcc repeats
- * in every loop iteration rather than keep the address in a register
- * (~22 of the warm path's ~118 instructions per argument, callgrind); the
- * empty asm hides where the pointer came from, so it is computed once. */
-typedef struct {
-    const sw_device *dev;  /* a begin waiting for its end, or NULL */
-    const sw__queue *q;    /* ... its queue (sw_launch_begin_q), or NULL */
-    const sw_device *memo; /* h and b decode to b on it (until freed) */
-    sw_buffer *const *bufs;
-    size_t n;
-    sw_buffer *h[ARGS_ON_STACK];
-    sw__buf *b[ARGS_ON_STACK];
-} last_begin_t;
-static _Thread_local last_begin_t last_begin_tl;
-
-static inline last_begin_t *last_begin(void)
-{
-    last_begin_t *p = &last_begin_tl;
-    __asm__("" : "+r"(p));
-    return p;
-}
-
-/* The warm path of a launch that repeats this thread's last (a loop
- * launching a kernel on the same buffers): in one pass, each handle is
- * the one last decoded on dev and still names the live buffer it named
- * then (its slot's generation unchanged: a freed or reused slot fails, and
- * an unchanged slot is still on dev), and its base is resident with no
- * queue to order; then it is pinned.  Returns how many were pinned: n, or
- * fewer with those unpinned again (the general path takes over).  One pass
- * rather than check, copy, pin and copy back: ~60 instructions per
- * argument were ~25 of them (callgrind). */
-static size_t memo_pin_locked(sw_device *dev, const last_begin_t *last,
-                              sw_buffer *const *h, const unsigned char *access,
-                              size_t n, sw_devmem *ptrs, uint64_t q_bit)
-{
-    if (last->memo != dev || last->n != n)
-        return 0;
-    uint64_t clock = dev->clock;
-    size_t i;
-    for (i = 0; i < n; i++) {
-        sw__buf *b = last->b[i];
-        if (h[i] != last->h[i] || !sw__handle_matches(&b->h, h[i]) ||
-            !pin_warm(b, clock + 1, &ptrs[i], q_bit, acc_write(access, i)))
-            break;
-        clock++;
-    }
-    dev->clock = clock;
-    if (__builtin_expect(i < n, 0)) {
-        /* Back to the pins they had: none of them reaches zero. */
-        for (size_t j = 0; j < i; j++)
-            last->b[j]->base->pins--;
-        return 0;
-    }
-    return n;
-}
-
 /* Every access mode one of the two (checked before anything else); on
  * failure the pointers are cleared, as every failed begin leaves them. */
-static int access_check(const unsigned char *access, size_t n,
-                        sw_devmem *ptrs)
+int sw__access_check(const unsigned char *access, size_t n,
+                     sw_devmem *ptrs)
 {
     for (size_t i = 0; access != NULL && i < n; i++) {
         if (access[i] == SW_ACCESS_READ || access[i] == SW_ACCESS_WRITE)
@@ -478,9 +369,9 @@ static int launch_begin(sw_device *dev, sw_buffer *const *bufs,
             memset(ptrs, 0, n * sizeof *ptrs);
         return rc;
     }
-    last_begin_t *last = last_begin();
+    last_begin_t *last = sw__last_begin();
     if (n <= ARGS_ON_STACK && n > 0 &&
-        memo_pin_locked(dev, last, bufs, access, n, ptrs, 0) == n) {
+        sw__memo_pin_locked(dev, last, bufs, access, n, ptrs, 0) == n) {
         last->dev = dev;
         last->q = NULL;
         last->bufs = bufs;
@@ -488,7 +379,7 @@ static int launch_begin(sw_device *dev, sw_buffer *const *bufs,
         return SW_OK;
     }
     launch_args a;
-    rc = args_decode_locked(dev, bufs, n, &a);
+    rc = sw__args_decode_locked(dev, bufs, n, &a);
     if (rc == SW_OK) {
         rc = sw__pin_all_access_locked(dev, NULL, a.v, access, n, ptrs);
         if (rc == SW_OK && n <= ARGS_ON_STACK) {
@@ -500,7 +391,7 @@ static int launch_begin(sw_device *dev, sw_buffer *const *bufs,
             memcpy(last->h, bufs, n * sizeof *bufs);
             memcpy(last->b, a.v, n * sizeof *a.v);
         }
-        args_free(&a);
+        sw__args_free(&a);
     }
     sw__unlock(dev);
     if (rc != SW_OK && ptrs != NULL)
@@ -518,7 +409,7 @@ SW_API int sw_launch_begin_access(sw_device *dev, sw_buffer *const *bufs,
                                   const unsigned char *access, size_t n,
                                   sw_devmem *ptrs)
 {
-    int rc = access_check(access, n, ptrs);
+    int rc = sw__access_check(access, n, ptrs);
     return rc != SW_OK ? rc : launch_begin(dev, bufs, access, n, ptrs);
 }
 
@@ -532,7 +423,7 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
     /* The arguments of this thread's last begin, unchanged: only their
      * generations need checking (their slots are pinned, so not reused,
      * and pinned by that begin). */
-    last_begin_t *last = last_begin();
+    last_begin_t *last = sw__last_begin();
     bool cached = last->dev == dev && last->q == NULL && last->bufs == bufs &&
                   last->n == n;
     last->dev = NULL;
@@ -569,7 +460,7 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
     }
     /* Check everything first, so that a bad array unpins nothing. */
     launch_args a;
-    rc = args_decode_locked(dev, bufs, n, &a);
+    rc = sw__args_decode_locked(dev, bufs, n, &a);
     for (size_t i = 0; rc == SW_OK && i < n; i++) {
         /* Pinned at least as many times as it appears (an end that would
          * unpin past zero is refused whole). */
@@ -581,7 +472,7 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
             rc = sw__errorf(SW_ERR_INVALID_ARG, "launch argument %zu is "
                             "not pinned: sw_launch_end without a matching "
                             "sw_launch_begin", i);
-            args_free(&a);
+            sw__args_free(&a);
         }
     }
     if (rc != SW_OK) {
@@ -589,246 +480,7 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
         return rc;
     }
     sw__unpin_all_locked(dev, a.v, n);
-    args_free(&a);
-    sw__unlock(dev);
-    return SW_OK;
-}
-
-/* ------------------------------------------------------------------------
- * Pins for work on a queue spillway does not see (sw_launch_begin_q)
- * ---------------------------------------------------------------------- */
-
-/* The host's pin: the general pin for the default queue, then every
- * argument's queued work waited for (the default queue waits on the device
- * for the other queues that used them, then the host for the default
- * queue, without the lock), so that the memory may be touched from the
- * host at once.  On failure nothing stays pinned. */
-static int begin_host_locked(sw_device *dev, sw__buf *const *v,
-                             const unsigned char *access, size_t n,
-                             sw_devmem *ptrs)
-{
-    int rc = sw__pin_all_access_locked(dev, NULL, v, access, n, ptrs);
-    if (rc != SW_OK)
-        return rc;
-    for (size_t i = 0; rc == SW_OK && i < n; i++) {
-        sw__buf *base = v[i]->base;
-        if (base->qmask != 0)
-            rc = sw__order_use_locked(dev, base, NULL);
-        /* The caller may write it from now on: a restore's hold ends. */
-        if (rc == SW_OK && base->hold_host)
-            sw__hold_end_locked(dev, base);
-    }
-    /* Everything queued on the buffers is behind the default queue now
-     * (restores' copies and other queues' work included, through device
-     * waits on it): nothing queued there, nothing to wait for. */
-    if (rc == SW_OK && !sw__b_queue_idle(dev, dev->q))
-        rc = sw__wait_idle_locked(dev);
-    if (rc != SW_OK)
-        sw__unpin_all_locked(dev, v, n);
-    return rc;
-}
-
-/* The pins of sw_launch_begin_q for the queue of bit, counted on each
- * base (each occurrence: duplicates are pinned twice). */
-static inline void queue_pins_locked(sw__buf *const *v, size_t n,
-                                     uint64_t bit)
-{
-    for (size_t i = 0; i < n; i++) {
-        sw__buf *base = v[i]->base;
-        base->qpins++;
-        base->qpinmask |= bit;
-    }
-}
-
-/* ... and their end: the last pin of any queue clears the mask. */
-static inline void queue_unpin(sw__buf *base)
-{
-    if (base->qpins > 0 && --base->qpins == 0)
-        base->qpinmask = 0;
-}
-
-static int launch_begin_q(sw_queue *qh, sw_buffer *const *bufs,
-                          const unsigned char *access, size_t n,
-                          sw_devmem *ptrs)
-{
-    if ((bufs == NULL || ptrs == NULL) && n > 0) {
-        if (ptrs != NULL)
-            memset(ptrs, 0, n * sizeof *ptrs);
-        return sw__errorf(SW_ERR_INVALID_ARG, "bufs or ptrs is NULL");
-    }
-    sw_device *dev = NULL;
-    sw__queue *q = NULL;
-    int rc;
-    if (qh != NULL) {
-        rc = sw__queue_enter(qh, &q);
-        if (rc == SW_OK)
-            dev = q->dev;
-    } else if (n > 0) {
-        sw__buf *b0;
-        rc = sw__buffer_enter(bufs[0], &b0, &dev);
-        if (rc != SW_OK)
-            sw__error_append(" (argument 0)");
-    } else {
-        return SW_OK; /* the host pins nothing */
-    }
-    if (rc != SW_OK) {
-        if (ptrs != NULL)
-            memset(ptrs, 0, n * sizeof *ptrs);
-        return rc;
-    }
-    last_begin_t *last = last_begin();
-    uint64_t bit = q != NULL ? UINT64_C(1) << q->id : 0;
-    /* The warm path: every argument resident and q already ordered after
-     * its earlier work (its bit set, no prefetch's copy in to wait for). */
-    if (q != NULL && n <= ARGS_ON_STACK && n > 0 &&
-        memo_pin_locked(dev, last, bufs, access, n, ptrs, bit) == n) {
-        queue_pins_locked(last->b, n, bit);
-        last->dev = dev;
-        last->q = q;
-        last->bufs = bufs;
-        sw__unlock(dev);
-        return SW_OK;
-    }
-    launch_args a;
-    rc = args_decode_locked(dev, bufs, n, &a);
-    if (rc == SW_OK) {
-        if (q == NULL) {
-            rc = begin_host_locked(dev, a.v, access, n, ptrs);
-        } else {
-            uint64_t clock = dev->clock;
-            size_t i = 0;
-            for (; i < n && pin_warm(a.v[i], clock + 1, &ptrs[i], bit,
-                                     acc_write(access, i));
-                 i++)
-                clock++;
-            dev->clock = clock;
-            rc = i == n ? SW_OK
-                        : pin_rest_locked(dev, q, a.v, access, n, ptrs, i);
-            if (rc == SW_OK)
-                queue_pins_locked(a.v, n, bit);
-        }
-        if (rc == SW_OK && n <= ARGS_ON_STACK) {
-            last->dev = dev;
-            last->q = q;
-            last->memo = dev;
-            last->bufs = bufs;
-            last->n = n;
-            memcpy(last->h, bufs, n * sizeof *bufs);
-            memcpy(last->b, a.v, n * sizeof *a.v);
-        }
-        args_free(&a);
-    }
-    sw__unlock(dev);
-    if (rc != SW_OK && ptrs != NULL)
-        memset(ptrs, 0, n * sizeof *ptrs);
-    return rc;
-}
-
-SW_API int sw_launch_begin_q(sw_queue *q, sw_buffer *const *bufs, size_t n,
-                             sw_devmem *ptrs)
-{
-    return launch_begin_q(q, bufs, NULL, n, ptrs);
-}
-
-SW_API int sw_launch_begin_q_access(sw_queue *q, sw_buffer *const *bufs,
-                                    const unsigned char *access, size_t n,
-                                    sw_devmem *ptrs)
-{
-    int rc = access_check(access, n, ptrs);
-    return rc != SW_OK ? rc : launch_begin_q(q, bufs, access, n, ptrs);
-}
-
-SW_API int sw_launch_end_q(sw_queue *qh, sw_buffer *const *bufs, size_t n)
-{
-    if (bufs == NULL && n > 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "bufs is NULL");
-    sw_device *dev = NULL;
-    sw__queue *q = NULL;
-    int rc;
-    if (qh != NULL) {
-        rc = sw__queue_enter(qh, &q);
-        if (rc == SW_OK)
-            dev = q->dev;
-    } else if (n > 0) {
-        sw__buf *b0;
-        rc = sw__buffer_enter(bufs[0], &b0, &dev);
-        if (rc != SW_OK)
-            sw__error_append(" (argument 0)");
-    } else {
-        return SW_OK;
-    }
-    if (rc != SW_OK)
-        return rc;
-    uint64_t bit = q != NULL ? UINT64_C(1) << q->id : 0;
-    last_begin_t *last = last_begin();
-    bool cached = last->dev == dev && last->q == q && last->bufs == bufs &&
-                  last->n == n;
-    last->dev = NULL;
-    if (cached && n > 0) {
-        /* The warm path: the arguments of this thread's begin, unchanged,
-         * each still marked as used by q (a host transfer while pinned
-         * makes the default queue wait for q and clears the mark: then
-         * the general path marks it again, since q's work came after). */
-        bool dead = false;
-        uint64_t clock = dev->clock + 1;
-        size_t i;
-        for (i = 0; i < n; i++) {
-            sw__buf *b = last->b[i];
-            if (bufs[i] != last->h[i] || !sw__handle_matches(&b->h, bufs[i]) ||
-                (b->base->qmask & bit) != bit)
-                break;
-            sw__buf *base = b->base;
-            base->last_use = clock;
-            sw__note_use(dev, base);
-            if (--base->pins == 0)
-                dead |= !sw__slot_live(&base->h);
-        }
-        if (__builtin_expect(i == n, 1)) {
-            /* (A queue's pins: its mark stays set for the stream order of
-             * what it queued, the pin's count goes.) */
-            for (size_t j = 0; q != NULL && j < n; j++)
-                queue_unpin(last->b[j]->base);
-            dev->clock = clock;
-            if (dead) {
-                for (size_t j = 0; j < n; j++)
-                    last->b[j]->base->pins++;
-                sw__unpin_all_locked(dev, last->b, n);
-            }
-            sw__unlock(dev);
-            return SW_OK;
-        }
-        for (size_t j = 0; j < i; j++)
-            last->b[j]->base->pins++;
-    }
-    launch_args a;
-    rc = args_decode_locked(dev, bufs, n, &a);
-    for (size_t i = 0; rc == SW_OK && i < n; i++) {
-        /* Pinned at least as many times as it appears (an end that would
-         * unpin past zero is refused whole). */
-        sw__buf *base = a.v[i]->base;
-        uint32_t need = 1;
-        for (size_t j = 0; j < i; j++)
-            need += a.v[j]->base == base;
-        if (base->pins < need) {
-            rc = sw__errorf(SW_ERR_INVALID_ARG, "launch argument %zu is "
-                            "not pinned: sw_launch_end_q without a matching "
-                            "sw_launch_begin_q", i);
-            args_free(&a);
-        }
-    }
-    if (rc != SW_OK) {
-        sw__unlock(dev);
-        return rc;
-    }
-    /* q's work on them, queued before now, is what later spills, frees,
-     * reuses and host transfers must wait for: q's mark on each says so
-     * (sw__order_use_locked then makes the default queue wait for q). */
-    for (size_t i = 0; q != NULL && i < n; i++) {
-        queue_unpin(a.v[i]->base);
-        sw__queue_mark_used_locked(q, a.v[i]->base);
-    }
-    sw__unpin_all_locked(dev, a.v, n);
-    args_free(&a);
+    sw__args_free(&a);
     sw__unlock(dev);
     return SW_OK;
 }

@@ -15,6 +15,7 @@
  * Neither blocks the caller: they are device-side waits.
  */
 #include "core/internal.h"
+#include "core/trypin.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -212,6 +213,23 @@ int sw__queue_enter(const sw_queue *h, sw__queue **out)
         }
         sw__unlock(dev); /* released meanwhile: the lookup says so */
     }
+}
+
+int sw__queue_try_enter(const sw_queue *h, sw__queue **out)
+{
+    *out = NULL;
+    sw__queue *q = h != NULL ? sw__handle_lookup(&sw__queue_pool, h) : NULL;
+    sw_device *dev = q ? atomic_load_explicit(&q->h.dev, memory_order_acquire)
+                       : NULL;
+    if (!sw__device_valid(dev) || !sw__trylock(dev))
+        return SW__AGAIN;
+    if (dev->b == NULL || !sw__handle_matches(&q->h, h) ||
+        atomic_load_explicit(&q->h.dev, memory_order_relaxed) != dev) {
+        sw__unlock(dev);
+        return SW__AGAIN;
+    }
+    *out = q;
+    return SW_OK;
 }
 
 int sw__queue_check_locked(sw_device *dev, const sw_queue *h,

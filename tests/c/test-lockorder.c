@@ -31,12 +31,16 @@
  *     allocate, re-entering spillway from inside the callback;
  *  3. a plain C thread that never held the GIL allocates under pressure
  *     while Python threads run pure Python and one waits for the device.
- * And a fourth shows the instrument works: introduce the wrong order (a
+ *  4. Python threads pin the way sw.pinned does: the device lock only
+ *     tried with the GIL held (trypin.h), the full pin with it released.
+ * And a fifth shows the instrument works: introduce the wrong order (a
  * Python thread allocating while it holds the GIL) and ThreadSanitizer
  * reports the lock-order inversion.
  */
 #include "test.h"
 #include "tests.h"
+
+#include "core/trypin.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -483,6 +487,137 @@ TEST(thread_lockorder_c_thread)
     ASSERT_GT(atomic_load(&collections), 0);
     ASSERT_GT(atomic_load(&finalized), 0);
     ASSERT_UGT(info.gc_runs, 0);
+    lo_teardown(dev, ids);
+}
+
+/* ------------------------------------------------------------------------
+ * Path 4: pins tried with the GIL held (python/spillway/pinned.c)
+ * ---------------------------------------------------------------------- */
+
+/* A Python thread entering and leaving `sw.pinned(mine, ones, queue=q)`
+ * blocks as the module does: the pin is first *tried* with the GIL held
+ * (trypin.h: a try-lock of the device lock, bookkeeping only), and only
+ * when that would wait is it made with the GIL released.  Between, its
+ * "kernel" adds ones to mine on q; now and then it allocates under
+ * pressure and drops garbage.  A try-lock never waits, so it adds no edge
+ * GIL -> device lock: with the probe's device lock -> GIL edges, TSan
+ * (detect_deadlocks=1) reports nothing here.  (Checked by hand: the
+ * blocking sw_launch_begin_q in place of the try, under the GIL, is
+ * reported as a lock-order inversion 3 runs in 3.) */
+#define LO_PIN_N 4096 /* int32 elements of a pinner's buffers */
+
+typedef struct {
+    int id;
+    int iters;
+    sw_queue *q;       /* its own, and its buffers: made before the */
+    sw_buffer *set[2]; /* device fills (mine, ones) */
+    atomic_int *tried; /* pins and ends done with the GIL held */
+    atomic_int *stop;  /* set when this thread is done (for the C thread) */
+} pin_py_arg;
+
+static void *python_pinner(void *p)
+{
+    pin_py_arg *a = p;
+    const size_t n = LO_PIN_N;
+    sw_queue *q = a->q;
+    sw_buffer **set = a->set;
+    pthread_mutex_lock(&gil);
+    holds_gil = 1;
+    for (int it = 0; it < a->iters; it++) {
+        sw_devmem m[2];
+        int rc = sw__launch_begin_q_try(q, set, NULL, 2, m);
+        if (rc == SW_OK) {
+            atomic_fetch_add(a->tried, 1);
+        } else {
+            allow_threads_begin();
+            rc = sw_launch_begin_q(q, set, 2, m);
+            allow_threads_end();
+        }
+        if (rc != SW_OK)
+            FAIL("pinner %d: %s: %s", a->id, sw_err_name(rc),
+                 sw_last_error());
+        sw_kernel_args k = {.kernel = SW_KERNEL_ADD, .dtype = SW_INT32,
+                            .n = n, .out = m[0], .a = m[0], .b = m[1]};
+        allow_threads_begin();
+        ASSERT_OK(sw_launch_kernel_q(q, &k));
+        allow_threads_end();
+        rc = sw__launch_end_q_try(q, set, 2);
+        if (rc == SW_OK) {
+            atomic_fetch_add(a->tried, 1);
+        } else {
+            allow_threads_begin();
+            rc = sw_launch_end_q(q, set, 2);
+            allow_threads_end();
+        }
+        ASSERT_OK(rc);
+        if (it % 8 == 7) { /* an allocation under pressure, then garbage */
+            sw_buffer *b = NULL;
+            allow_threads_begin();
+            rc = sw_buffer_alloc(lo_dev, LO_BUF, "pinner", &b);
+            allow_threads_end();
+            if (rc == SW_OK)
+                make_garbage(b);
+        }
+    }
+    allow_threads_begin(); /* and never back: the thread ends */
+    int32_t *got = malloc(n * 4);
+    ASSERT_NOT_NULL(got);
+    ASSERT_OK(sw_queue_synchronize(q));
+    ASSERT_OK(sw_buffer_read(set[0], 0, got, n * 4));
+    for (size_t i = 0; i < n; i += 97)
+        if (got[i] != a->iters)
+            FAIL("pinner %d element %zu: %d after %d adds", a->id, i, got[i],
+                 a->iters);
+    free(got);
+    atomic_fetch_add(a->stop, 1);
+    return NULL;
+}
+
+TEST(thread_lockorder_try_pins)
+{
+    int ids[2];
+    sw_device *dev = lo_setup(ids);
+    enum { NT = 2 };
+    atomic_int tried = 0, done = 0;
+    pin_py_arg pa[NT];
+    for (int i = 0; i < NT; i++) {
+        pa[i] = (pin_py_arg){i, LO_ITERS(400, 120), NULL, {0}, &tried,
+                             &done};
+        ASSERT_OK(sw_queue_create(dev, &pa[i].q));
+        for (int k = 0; k < 2; k++) {
+            pa[i].set[k] = test_alloc(dev, LO_PIN_N * 4, "pinned");
+            sw_scalar v = {.i = k};
+            ASSERT_OK(sw_op_fill(pa[i].set[k], SW_INT32, LO_PIN_N, v));
+        }
+    }
+    int taken = gil_ensure(); /* the device full of cycles */
+    for (int i = 0; i < 5; i++) {
+        sw_buffer *b = NULL;
+        allow_threads_begin();
+        ASSERT_OK(sw_buffer_alloc(dev, LO_BUF, "cycle", &b));
+        allow_threads_end();
+        make_garbage(b);
+    }
+    gil_release(taken);
+    pthread_t tp[NT], tc;
+    for (int i = 0; i < NT; i++)
+        ASSERT_EQ(pthread_create(&tp[i], NULL, python_pinner, &pa[i]), 0);
+    /* The C thread allocates under pressure (the probe: device lock ->
+     * GIL) until a pinner is done. */
+    atomic_int *none = &done;
+    c_arg c = {LO_ITERS(100, 30), 0, {none, none, none}};
+    ASSERT_EQ(pthread_create(&tc, NULL, plain_c_thread, &c), 0);
+    for (int i = 0; i < NT; i++)
+        ASSERT_EQ(pthread_join(tp[i], NULL), 0);
+    ASSERT_EQ(pthread_join(tc, NULL), 0);
+    ASSERT_GT(atomic_load(&probes), 0);  /* the edge device lock -> GIL */
+    ASSERT_GT(atomic_load(&tried), 0);   /* pins made under the GIL */
+    ASSERT_GT(atomic_load(&collections), 0);
+    for (int i = 0; i < NT; i++) {
+        ASSERT_OK(sw_buffer_free(pa[i].set[0]));
+        ASSERT_OK(sw_buffer_free(pa[i].set[1]));
+        ASSERT_OK(sw_queue_release(pa[i].q));
+    }
     lo_teardown(dev, ids);
 }
 

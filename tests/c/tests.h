@@ -71,6 +71,11 @@
     X(native_cuda_adopts_a_stream)                                            \
     X(native_hip_adopts_a_stream)                                             \
     X(thread_native_pins)                                                     \
+    /* test-trypin.c */                                                       \
+    X(trypin_warm_matches_full_form)                                          \
+    X(trypin_leaves_the_rest_to_the_full_form)                                \
+    X(trypin_never_waits_for_the_lock)                                        \
+    X(thread_trypins)                                                         \
     /* test-register.c */                                                     \
     X(register_backend_opens_and_spills)                                      \
     X(register_backend_pressure_and_capacity)                                 \
@@ -252,6 +257,7 @@
     X(thread_lockorder_python_threads)                                        \
     X(thread_lockorder_callback)                                              \
     X(thread_lockorder_c_thread)                                              \
+    X(thread_lockorder_try_pins)                                              \
     X(thread_lockorder_reversal_reported)                                     \
     /* test-queue.c */                                                        \
     X(queue_basics)                                                           \
