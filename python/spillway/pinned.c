@@ -29,6 +29,8 @@
 #include "array.h"
 #include "dtype.h"
 
+#include "core/trypin.h"
+
 #include <string.h>
 
 /* One pin set.  Neither it nor its views are tracked by the collector: it
@@ -87,6 +89,15 @@ typedef struct {
  * pinned()
  * ---------------------------------------------------------------------- */
 
+/* Whether keyword name is s (len ASCII characters), without strlen:
+ * a pin is entered around every launch. */
+static inline int kw_is(PyObject *name, const char *s, Py_ssize_t len)
+{
+    return PyUnicode_Check(name) && PyUnicode_IS_ASCII(name) &&
+           PyUnicode_GET_LENGTH(name) == len &&
+           memcmp(PyUnicode_1BYTE_DATA(name), s, (size_t)len) == 0;
+}
+
 static PyObject *sw_py_pinned(PyObject *module, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -95,11 +106,9 @@ static PyObject *sw_py_pinned(PyObject *module, PyObject *const *args,
     for (Py_ssize_t k = 0; kwnames != NULL && k < PyTuple_GET_SIZE(kwnames);
          k++) {
         PyObject *name = PyTuple_GET_ITEM(kwnames, k);
-        if (PyUnicode_Check(name) &&
-            PyUnicode_CompareWithASCIIString(name, "queue") == 0) {
+        if (kw_is(name, "queue", 5)) {
             queue = args[nargs + k];
-        } else if (PyUnicode_Check(name) &&
-                   PyUnicode_CompareWithASCIIString(name, "access") == 0) {
+        } else if (kw_is(name, "access", 6)) {
             access = args[nargs + k];
         } else {
             PyErr_Format(PyExc_TypeError,
@@ -198,7 +207,11 @@ static int pinned_end(PinnedObject *p)
         sw_queue *q = p->queue != NULL ? p->queue->q : NULL;
         sw_buffer *const *bufs = pinned_bufs(p);
         size_t n = (size_t)Py_SIZE(p);
-        NOGIL(rc = sw_launch_end_q(q, bufs, n));
+        /* With the GIL when nothing waits (trypin.h): two switches of the
+         * GIL were a fifth of a pin's cost. */
+        rc = sw__launch_end_q_try(q, bufs, n);
+        if (rc == SW__AGAIN)
+            NOGIL(rc = sw_launch_end_q(q, bufs, n));
     }
     atomic_store(&p->state, PINNED_DONE);
     if (p->device != NULL)
@@ -225,8 +238,10 @@ static PyObject *Pinned_enter(PinnedObject *p, PyObject *unused)
     return views;
 }
 
-/* Pin p's arrays (p is PINNED_ENTERING): the views, or NULL with an
- * exception and nothing pinned. */
+/* Pin p's arrays (p is PINNED_ENTERING): p itself, the sequence of its
+ * views, or NULL with an exception and nothing pinned.  A view is made
+ * when it is read (Pinned_item): a pin whose kernel reads two of its
+ * eight views makes two objects, not eight and a tuple. */
 static PyObject *pinned_enter(sw_py_state *st, PinnedObject *p)
 {
     /* The arrays' device may have been closed since pinned() was called;
@@ -240,20 +255,6 @@ static PyObject *pinned_enter(sw_py_state *st, PinnedObject *p)
     }
     if (p->queue != NULL && sw_py_queue_check_open(p->queue) < 0)
         return NULL;
-    PyObject *views = PyTuple_New(n);
-    if (views == NULL)
-        return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PinnedViewObject *v =
-            PyObject_New(PinnedViewObject, st->pinned_view_type);
-        if (v == NULL) {
-            Py_DECREF(views);
-            return NULL;
-        }
-        v->owner = (PinnedObject *)Py_NewRef(p);
-        v->index = i;
-        PyTuple_SET_ITEM(views, i, (PyObject *)v);
-    }
     int rc = SW_OK;
     if (p->device != NULL)
         sw_py_device_use(p->device);
@@ -262,19 +263,21 @@ static PyObject *pinned_enter(sw_py_state *st, PinnedObject *p)
         sw_buffer *const *bufs = pinned_bufs(p);
         sw_devmem *mem = pinned_mem(p);
         const unsigned char *acc = pinned_access(p);
-        if (acc == NULL)
+        /* Bookkeeping only, with the GIL, when every array is resident and
+         * ordered; else the full pin, which may restore, without it. */
+        rc = sw__launch_begin_q_try(q, bufs, acc, (size_t)n, mem);
+        if (rc == SW__AGAIN && acc == NULL)
             NOGIL_ALLOC(rc, sw_launch_begin_q(q, bufs, (size_t)n, mem));
-        else
+        else if (rc == SW__AGAIN)
             NOGIL_ALLOC(rc, sw_launch_begin_q_access(q, bufs, acc, (size_t)n,
                                                      mem));
     }
     if (rc != SW_OK) {
         if (p->device != NULL)
             sw_py_device_unuse(p->device);
-        Py_DECREF(views);
         return sw_py_raise(st, rc);
     }
-    return views;
+    return Py_NewRef((PyObject *)p);
 }
 
 static PyObject *Pinned_exit(PinnedObject *p, PyObject *const *args,
@@ -327,6 +330,85 @@ static PyObject *Pinned_repr(PinnedObject *p)
                                 states[atomic_load(&p->state)]);
 }
 
+/* The views: p as a sequence, inside its block only. */
+static int pinned_in(PinnedObject *p)
+{
+    if (atomic_load_explicit(&p->state, memory_order_acquire) == PINNED_IN)
+        return 0;
+    PyErr_SetString(PyExc_ValueError,
+                    "the views of a spillway.pinned() set exist inside its "
+                    "`with` block only: its arrays are not pinned now");
+    return -1;
+}
+
+static Py_ssize_t Pinned_len(PinnedObject *p)
+{
+    return Py_SIZE(p);
+}
+
+/* A new view of array i (each read makes one: they are small, and share
+ * the set's pins). */
+static PyObject *Pinned_item(PinnedObject *p, Py_ssize_t i)
+{
+    if (i < 0 || i >= Py_SIZE(p)) {
+        PyErr_SetString(PyExc_IndexError, "pinned view index out of range");
+        return NULL;
+    }
+    sw_py_state *st = sw_py_type_state(Py_TYPE(p));
+    if (st == NULL || pinned_in(p) < 0)
+        return NULL;
+    PinnedViewObject *v = PyObject_New(PinnedViewObject,
+                                       st->pinned_view_type);
+    if (v == NULL)
+        return NULL;
+    v->owner = (PinnedObject *)Py_NewRef(p);
+    v->index = i;
+    return (PyObject *)v;
+}
+
+/* Every view, as a tuple. */
+static PyObject *pinned_tuple(PinnedObject *p)
+{
+    if (pinned_in(p) < 0)
+        return NULL;
+    PyObject *t = PyTuple_New(Py_SIZE(p));
+    for (Py_ssize_t i = 0; t != NULL && i < Py_SIZE(p); i++) {
+        PyObject *v = Pinned_item(p, i);
+        if (v == NULL)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+static PyObject *Pinned_subscript(PinnedObject *p, PyObject *key)
+{
+    if (PyIndex_Check(key)) {
+        Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
+        if (i == -1 && PyErr_Occurred())
+            return NULL;
+        return Pinned_item(p, i < 0 ? i + Py_SIZE(p) : i);
+    }
+    if (!PySlice_Check(key)) {
+        PyErr_Format(PyExc_TypeError, "pinned view indices are integers "
+                     "or slices, not %.80s", Py_TYPE(key)->tp_name);
+        return NULL;
+    }
+    PyObject *t = pinned_tuple(p);
+    PyObject *r = t != NULL ? PyObject_GetItem(t, key) : NULL;
+    Py_XDECREF(t);
+    return r;
+}
+
+static PyObject *Pinned_iter(PinnedObject *p)
+{
+    PyObject *t = pinned_tuple(p);
+    PyObject *it = t != NULL ? PyObject_GetIter(t) : NULL;
+    Py_XDECREF(t);
+    return it;
+}
+
 static PyMethodDef Pinned_methods[] = {
     {"__enter__", (PyCFunction)(void (*)(void))Pinned_enter, METH_NOARGS,
      NULL},
@@ -341,6 +423,11 @@ static PyType_Slot Pinned_slots[] = {
     {Py_tp_dealloc, Pinned_dealloc},
     {Py_tp_repr, Pinned_repr},
     {Py_tp_methods, Pinned_methods},
+    {Py_sq_length, Pinned_len},
+    {Py_sq_item, Pinned_item},
+    {Py_mp_length, Pinned_len},
+    {Py_mp_subscript, Pinned_subscript},
+    {Py_tp_iter, Pinned_iter},
     {0, NULL},
 };
 

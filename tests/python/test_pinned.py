@@ -140,8 +140,41 @@ def test_duplicates_nesting_and_empty(dev):
         with sw.pinned(a) as (inner,):
             assert inner.offset == views[0].offset
     with sw.pinned() as views:
-        assert views == ()
+        assert len(views) == 0 and tuple(views) == ()
     np.testing.assert_array_equal(a.numpy(), np.ones(64, np.float32))
+
+
+def test_views_are_a_sequence_made_as_read(dev):
+    """The block's views are the pin set itself, a sequence: a view is
+    made when it is read (a kernel that reads two of eight makes two),
+    inside the block only."""
+    arrays = [sw.full(16, k, device=dev) for k in (1, 2, 3)]
+    p = sw.pinned(*arrays)
+    with pytest.raises(ValueError, match="inside its `with` block"):
+        p[0]
+    with p as views:
+        assert views is p and len(views) == 3
+        assert all(v.array is x for v, x in zip(views, arrays))
+        assert views[-1].array is arrays[2]
+        assert views[0] is not views[0]  # one per read, sharing the pin
+        assert views[0].offset == views[0].offset
+        tail = views[1:]
+        assert isinstance(tail, tuple) and len(tail) == 2
+        assert tail[0].array is arrays[1] and views[::-1][0].array is arrays[2]
+        va, vb, vc = views
+        assert all(v.array is x for v, x in zip((va, vb, vc), arrays))
+        assert len(tuple(views)) == 3 and len(list(views)) == 3
+        assert (lambda *vs: len(vs))(*views) == 3
+        for bad in (3, -4):
+            with pytest.raises(IndexError):
+                views[bad]
+        with pytest.raises(TypeError, match="integers or slices"):
+            views["0"]
+    for use in (lambda: p[0], lambda: list(p), lambda: p[0:1]):
+        with pytest.raises(ValueError, match="inside its `with` block"):
+            use()
+    with pytest.raises(ValueError, match="used after"):
+        va.nbytes
 
 
 @pytest.mark.spills
