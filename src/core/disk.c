@@ -202,7 +202,9 @@ static sw__buf *disk_victim_locked(sw_device *dev, sw__buf **busy)
     return best;
 }
 
-int sw__host_room_locked(sw_device *dev, uint64_t need, bool wait)
+/* sw__host_room_locked, and with take, sw__host_room_block_locked. */
+static int room_locked(sw_device *dev, uint64_t need, bool wait,
+                       size_t take, void **p, size_t *got, bool *pinned)
 {
     sw__assert_locked(dev);
     /* Landed copies first: a restore's source block, written since, is
@@ -211,6 +213,10 @@ int sw__host_room_locked(sw_device *dev, uint64_t need, bool wait)
     if (dev->host_budget != 0 && dev->xfers != NULL)
         sw__xfer_poll_locked(dev);
     for (int waits = 0;;) {
+        /* Out of the pool, the block counts as nothing until it holds the
+         * copy: held + need is then what the copy makes it. */
+        if (take > 0 && *p == NULL)
+            *p = sw__host_take_fit_locked(dev, take, got, pinned);
         uint64_t budget = dev->host_budget;
         uint64_t held = sw__host_held(dev);
         if (budget == 0 || held + need <= budget)
@@ -248,17 +254,40 @@ int sw__host_room_locked(sw_device *dev, uint64_t need, bool wait)
     }
 }
 
+int sw__host_room_locked(sw_device *dev, uint64_t need, bool wait)
+{
+    return room_locked(dev, need, wait, 0, NULL, NULL, NULL);
+}
+
+int sw__host_room_block_locked(sw_device *dev, size_t size, uint64_t need,
+                               void **p, size_t *got, bool *pinned)
+{
+    *p = NULL;
+    int rc = room_locked(dev, need, true, size, p, got, pinned);
+    if (rc != SW_OK && *p != NULL) {
+        sw__host_put_locked(dev, *p, *got, *pinned);
+        *p = NULL;
+    }
+    return rc;
+}
+
 int sw__disk_read_locked(sw_device *dev, sw__buf *b)
 {
     sw__assert_locked(dev);
     assert(b->on_disk && b->moving && b->pins > 0);
-    /* Room for the block it comes back into (it may send others out). */
-    int rc = sw__host_room_locked(dev, b->alloc_size, true);
-    if (rc != SW_OK)
-        return rc;
+    /* Room for the block it comes back into (it may send others out),
+     * and the block itself from the pool where one fits: the read lands
+     * in memory already faulted in (into fresh memory it ran at 0.6-0.7
+     * of a plain pread on opencl:0, docs/performance.md). */
     size_t got = 0;
     bool pinned = false;
-    void *p = sw__host_get_locked(dev, b->size, &got, &pinned);
+    void *p = NULL;
+    int rc = sw__host_room_block_locked(dev, b->size, b->alloc_size, &p,
+                                        &got, &pinned);
+    if (rc != SW_OK)
+        return rc;
+    if (p == NULL)
+        p = sw__host_get_locked(dev, b->size, &got, &pinned);
     if (p == NULL)
         return sw__errorf(SW_ERR_HOST_OOM, "%s: no host memory to read "
                           "buffer '%s' (%zu bytes) back from disk",

@@ -24,6 +24,14 @@ static inline uint64_t sw__host_held(const sw_device *dev)
  * fails only when a write to disk does (the buffer stays in host memory,
  * intact, and the message says why). */
 int sw__host_room_locked(sw_device *dev, uint64_t need, bool wait);
+/* The same for one host copy of size bytes (need: what it will count),
+ * taking its block: a pool block that fits, taken as soon as there is one
+ * -- the blocks that clean copies and disk writes give up go to the pool
+ * on the way, and would otherwise be trimmed from under the caller --, so
+ * that the copy lands in memory already faulted in.  *p stays NULL when
+ * none fitted (the caller allocates); on failure nothing is taken. */
+int sw__host_room_block_locked(sw_device *dev, size_t size, uint64_t need,
+                               void **p, size_t *got, bool *pinned);
 /* A spilled base's copy back from disk into a host block (the base is
  * moving and pinned by the caller; the lock is released meanwhile).  On
  * failure it stays on disk, intact. */

@@ -32,8 +32,8 @@ static void block_free(sw_device *dev, void *p, size_t size, bool pinned)
         sw__free(p);
 }
 
-void *sw__host_get_locked(sw_device *dev, size_t size, size_t *got,
-                          bool *pinned)
+void *sw__host_take_fit_locked(sw_device *dev, size_t size, size_t *got,
+                               bool *pinned)
 {
     sw__assert_locked(dev);
     sw__hostpool *hp = &dev->hpool;
@@ -42,19 +42,27 @@ void *sw__host_get_locked(sw_device *dev, size_t size, size_t *got,
         if (fits((*pp)->size, size) &&
             (best == NULL || (*pp)->size < (*best)->size))
             best = pp;
-    if (best != NULL) {
-        sw__hblock *b = *best;
-        *best = b->next;
-        hp->bytes -= b->size;
-        hp->count--;
-        void *p = b->p;
-        *got = b->size;
-        *pinned = b->pinned;
-        sw__free(b);
+    if (best == NULL)
+        return NULL;
+    sw__hblock *b = *best;
+    *best = b->next;
+    hp->bytes -= b->size;
+    hp->count--;
+    void *p = b->p;
+    *got = b->size;
+    *pinned = b->pinned;
+    sw__free(b);
+    return p;
+}
+
+void *sw__host_get_locked(sw_device *dev, size_t size, size_t *got,
+                          bool *pinned)
+{
+    sw__assert_locked(dev);
+    void *p = sw__host_take_fit_locked(dev, size, got, pinned);
+    if (p != NULL)
         return p;
-    }
     /* A new block: page-locked where the backend offers it. */
-    void *p = NULL;
     *pinned = false;
     if (sw__b_host_alloc(dev, size, &p) == SW_OK && p != NULL)
         *pinned = true;

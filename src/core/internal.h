@@ -755,14 +755,7 @@ int sw__xfer_order_locked(sw_device *dev, sw__buf *base);
 void sw__buf_slot_free_locked(sw_device *dev, sw__buf *base);
 /* Wait (lock released) until no spill or restore is moving base. */
 void sw__wait_stable_locked(sw_device *dev, sw__buf *base);
-/* Host memory for a host copy of size bytes, from the pool when it has a
- * block of about that size: *got is the block's size, *pinned how it was
- * allocated (both go back with it).  NULL without host memory. */
-void *sw__host_get_locked(sw_device *dev, size_t size, size_t *got,
-                          bool *pinned);
-void sw__host_put_locked(sw_device *dev, void *p, size_t size, bool pinned);
-void sw__host_pool_trim_locked(sw_device *dev, uint64_t limit);
-void sw__host_pool_drain_locked(sw_device *dev);
+#include "core/hostpool.h"
 #include "core/disk.h"
 
 /* pthread_cond_wait on dev->moved, keeping the owner fields right. */

@@ -10,6 +10,8 @@
 #include "test.h"
 #include "tests.h"
 
+#include "core/internal.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -117,6 +119,55 @@ TEST(disk_spills_past_the_host_budget)
     ASSERT_OK(sw_set_memory_budget(dev, 0));
     ASSERT_OK(sw_set_host_budget(dev, 0));
     ASSERT_EQ(rmdir(dir), 0); /* nothing was left in it */
+}
+
+/* Internal: the block a read back from disk lands in is the pool's, not
+ * fresh memory (a page fault per page): taken before the room is made, so
+ * that trimming the pool to the budget cannot free it, and taken as soon
+ * as one arrives while room is made (here the pool is over the budget:
+ * one of its two blocks is trimmed, the other handed over). */
+TEST(disk_read_takes_a_pool_block)
+{
+    test_require_spill();
+    char dir[256];
+    spill_dir(dir, sizeof dir);
+    sw_device *dev = test_device();
+    ASSERT_OK(sw_set_host_budget(dev, DB));
+    sw__lock(dev);
+    void *blk[2];
+    size_t got[2];
+    bool pinned[2];
+    for (int i = 0; i < 2; i++)
+        ASSERT_NOT_NULL(blk[i] = sw__host_get_locked(dev, DB, &got[i],
+                                                     &pinned[i]));
+    for (int i = 0; i < 2; i++)
+        sw__host_put_locked(dev, blk[i], got[i], pinned[i]);
+    ASSERT_UEQ(dev->hpool.bytes, 2 * (uint64_t)DB); /* over the budget */
+    void *p = NULL;
+    size_t pgot = 0;
+    bool ppinned = false;
+    int rc = sw__host_room_block_locked(dev, DB, DB, &p, &pgot, &ppinned);
+    uint64_t left = dev->hpool.bytes;
+    sw__unlock(dev);
+    ASSERT_OK(rc);
+    ASSERT_TRUE(p == blk[0] || p == blk[1]);
+    ASSERT_UEQ(pgot, DB);
+    ASSERT_UEQ(left, 0); /* the other trimmed: held + need = the budget */
+    /* A pool block of a quarter of the size asked for does not fit: none
+     * is taken (the caller allocates), and it is trimmed for the room. */
+    sw__lock(dev);
+    sw__host_put_locked(dev, p, pgot, ppinned);
+    void *q = NULL;
+    rc = sw__host_room_block_locked(dev, 4 * DB, 4 * DB, &q, &pgot,
+                                    &ppinned);
+    left = dev->hpool.bytes;
+    sw__unlock(dev);
+    ASSERT_OK(rc);
+    ASSERT_TRUE(q == NULL);
+    ASSERT_UEQ(left, 0);
+    ASSERT_OK(sw_release_host_pool(dev));
+    ASSERT_OK(sw_set_host_budget(dev, 0));
+    ASSERT_EQ(rmdir(dir), 0);
 }
 
 /* A host budget below what is spilled at once, set after the spills. */
