@@ -72,9 +72,11 @@ def part1(sw, cl, quick):
           f"({n} iterations, min / median of 5)")
 
     def pin(k, queue):
+        sel = arrays[:k]  # the pin's cost, not the slice's
+
         def loop(m):
             for _ in range(m):
-                with sw.pinned(*arrays[:k], queue=queue):
+                with sw.pinned(*sel, queue=queue):
                     pass
         return loop
 

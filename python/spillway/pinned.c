@@ -213,7 +213,8 @@ static int pinned_end(PinnedObject *p)
         if (rc == SW__AGAIN)
             NOGIL(rc = sw_launch_end_q(q, bufs, n));
     }
-    atomic_store(&p->state, PINNED_DONE);
+    /* Release: a view that reads DONE (acquire) sees the pins ended. */
+    atomic_store_explicit(&p->state, PINNED_DONE, memory_order_release);
     if (p->device != NULL)
         sw_py_device_unuse(p->device);
     return rc;
@@ -234,7 +235,9 @@ static PyObject *Pinned_enter(PinnedObject *p, PyObject *unused)
         return NULL;
     }
     PyObject *views = pinned_enter(st, p);
-    atomic_store(&p->state, views != NULL ? PINNED_IN : PINNED_NEW);
+    /* Release: a view that reads IN (acquire) sees the pointers. */
+    atomic_store_explicit(&p->state, views != NULL ? PINNED_IN : PINNED_NEW,
+                          memory_order_release);
     return views;
 }
 
