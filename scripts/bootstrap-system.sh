@@ -17,7 +17,9 @@
 # the built-in OpenCL kernels to SPIR-V for the Level Zero backend.  They are
 # installed in a separate apt call whose failure is only a warning: without
 # them those checks are skipped, saying so, and the ze backend has no
-# kernels (and the c-ze-fake suites do not run).
+# kernels (and the c-ze-fake suites do not run).  liburing-dev lets
+# bench/bench_disk.c measure io_uring beside the disk tier's I/O threads
+# (without it that column is skipped).
 #
 # On Debian (/etc/debian_version) the missing packages are found with
 # dpkg-query, then `apt-get update` runs once and `apt-get install -y
@@ -130,7 +132,8 @@ debian_bootstrap() {
 # SPIR-V translator reads only its own LLVM's bitcode).
 APT_UPDATED=0
 debian_optional() {
-    local -a opt=(libamdhip64-dev libze-dev clang-14 llvm-spirv-14)
+    local -a opt=(libamdhip64-dev libze-dev clang-14 llvm-spirv-14
+                  liburing-dev)
     local -a missing=()
     local p
     for p in "${opt[@]}"; do

@@ -10,13 +10,17 @@
  * grow; a buffer read back or freed gives its extent back with a hole
  * punched, so the file's blocks are what is on disk now.
  *
- * The I/O is pwrite and pread by the calling thread with the device lock
- * released, the buffer marked moving (others wait for it, as for a copy
- * in flight).  A write that fails (a full disk, an I/O error, a directory
- * that is gone) leaves the buffer in host memory with its data intact, and
- * the call that needed the room says why.
+ * The I/O goes through diskio.c's engine (the calling thread and a few
+ * I/O threads, each buffer cut in 1 MiB pieces done at once) with the
+ * device lock released and the buffers marked moving (others wait for
+ * them, as for a copy in flight).  Making room writes as many of the least
+ * recently used copies as the room needs in one go.  A write that fails (a
+ * full disk, an I/O error, a directory that is gone) leaves its buffer in
+ * host memory with its data intact, and the call that needed the room
+ * says why.
  */
 #include "core/internal.h"
+#include "core/diskio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,12 +32,24 @@
 
 /* Extents are whole pages: a punched hole frees whole blocks. */
 #define DISK_ALIGN 4096u
+/* At most this many buffers go to disk in one write (one call of the
+ * engine, their pieces done at once). */
+#define DISK_BATCH 16
 
 static double now_seconds(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The bytes of the transfers a batch ran (those not failed by a fault). */
+static double batch_bytes(const sw__dio *d, size_t n)
+{
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += (double)d[i].n;
+    return sum > 0 ? sum : 1.0;
 }
 
 static uint64_t extent_of(const sw__buf *b)
@@ -89,25 +105,13 @@ static int disk_open_locked(sw_device *dev)
     return SW_OK;
 }
 
-/* pwrite/pread of the whole range, through interruptions and short
- * transfers; 0 or an errno (EIO for a read past the end). */
+/* One transfer through the engine (diskio.c): 0 or an errno (EIO for a
+ * read past the end). */
 static int disk_io(bool write, int fd, void *p, size_t n, uint64_t off)
 {
-    char *c = p;
-    while (n > 0) {
-        ssize_t k = write ? pwrite(fd, c, n, (off_t)off)
-                          : pread(fd, c, n, (off_t)off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return errno;
-        if (k == 0)
-            return write ? ENOSPC : EIO;
-        c += k;
-        n -= (size_t)k;
-        off += (uint64_t)k;
-    }
-    return 0;
+    sw__dio d = {write, fd, p, n, off, 0};
+    sw__dio_run(&d, 1);
+    return d.err;
 }
 
 /* Give an extent back to the filesystem (best effort: where holes cannot
@@ -124,57 +128,81 @@ static void punch(int fd, uint64_t off, uint64_t len)
 #endif
 }
 
-/* Write a spilled base's host copy to the file and give the host block
- * up.  pre: SPILLED in host memory, no copy in flight, unpinned, not
- * moving. */
-static int disk_write_locked(sw_device *dev, sw__buf *b)
+/* Write spilled bases' host copies to the file, all at once, and give
+ * their host blocks up.  pre: each SPILLED in host memory, no copy in
+ * flight, unpinned, and marked moving by the caller (so that none is
+ * chosen twice): no one reads, writes, restores or releases them
+ * meanwhile (a free waits for the end).  Not pins: pins are the caller's
+ * to count (sw_launch_end checks them), and this may be another thread's
+ * call making room.  A base whose write fails stays in host memory,
+ * intact; the first failure is the error. */
+static int disk_write_locked(sw_device *dev, sw__buf **v, size_t k)
 {
     int rc = disk_open_locked(dev);
-    if (rc != SW_OK)
-        return rc;
-    uint64_t len = extent_of(b), off = dev->disk_end;
-    dev->disk_end += len;
-    bool fault = sw__fault_hits(dev, SW_FAULT_DISK);
-    int fd = dev->disk_fd;
-    void *p = b->host;
-    size_t n = b->size;
-    /* Moving: no one reads, writes, restores or releases it meanwhile (a
-     * free waits for the end).  Not a pin: pins are the caller's to count
-     * (sw_launch_end checks them), and this may be another thread's call
-     * making room. */
-    b->moving = true;
+    sw__dio d[DISK_BATCH];
+    bool fault[DISK_BATCH];
+    size_t nd = 0;
+    for (size_t i = 0; rc == SW_OK && i < k; i++) {
+        uint64_t len = extent_of(v[i]);
+        d[i] = (sw__dio){true, dev->disk_fd, v[i]->host, v[i]->size,
+                         dev->disk_end, 0};
+        dev->disk_end += len;
+        fault[i] = sw__fault_hits(dev, SW_FAULT_DISK);
+        nd = i + 1;
+    }
+    /* The transfers an injected fault does not fail, together. */
+    sw__dio run[DISK_BATCH];
+    size_t nrun = 0;
+    for (size_t i = 0; i < nd; i++)
+        if (!fault[i])
+            run[nrun++] = d[i];
     dev->waiting++;
     sw__unlock(dev);
     double t0 = now_seconds();
-    int err = fault ? EIO : disk_io(true, fd, p, n, off);
+    sw__dio_run(run, nrun);
     double dt = now_seconds() - t0;
     sw__lock(dev);
     dev->waiting--;
-    b->moving = false;
-    pthread_cond_broadcast(&dev->moved);
-    if (err != 0) {
-        punch(fd, off, len);
-        char b1[32], b2[32];
-        rc = sw__errorf(SW_ERR_HOST_OOM, "%s: the host budget of %s is "
-                        "reached, and buffer '%s' (%s) could not go to "
-                        "disk: writing the spill file in '%s': %s%s; it "
-                        "stays in host memory, intact",
-                        dev->name,
-                        sw_format_bytes(dev->host_budget, b1, sizeof b1),
-                        b->tag, sw_format_bytes(n, b2, sizeof b2),
-                        spill_dir(), strerror(err),
-                        fault ? " (an injected fault)" : "");
-    } else {
+    for (size_t i = 0, r = 0; i < nd; i++)
+        d[i].err = fault[i] ? EIO : run[r++].err;
+    for (size_t i = 0; i < k; i++) {
+        sw__buf *b = v[i];
+        b->moving = false;
+        if (i >= nd) /* no file: nothing was written */
+            continue;
+        if (d[i].err != 0) {
+            punch(dev->disk_fd, d[i].off, extent_of(b));
+            if (rc == SW_OK) {
+                char b1[32], b2[32];
+                rc = sw__errorf(SW_ERR_HOST_OOM, "%s: the host budget of %s "
+                                "is reached, and buffer '%s' (%s) could not "
+                                "go to disk: writing the spill file in '%s': "
+                                "%s%s; it stays in host memory, intact",
+                                dev->name,
+                                sw_format_bytes(dev->host_budget, b1,
+                                                sizeof b1),
+                                b->tag, sw_format_bytes(b->size, b2,
+                                                        sizeof b2),
+                                spill_dir(), strerror(d[i].err),
+                                fault[i] ? " (an injected fault)" : "");
+            }
+            continue;
+        }
         sw__host_put_locked(dev, b->host, b->host_size, b->host_pinned);
         b->host = NULL;
         b->on_disk = true;
-        b->disk_off = off;
+        b->disk_off = d[i].off;
         dev->spilled_disk += b->alloc_size;
-        dev->disk_write_bytes += n;
-        dev->disk_write_seconds += dt;
+        dev->disk_write_bytes += b->size;
+        /* The batch's time, shared by bytes. */
+        dev->disk_write_seconds += nrun > 0 ? dt * (double)b->size /
+                                                  batch_bytes(run, nrun)
+                                            : 0.0;
         SW__TRACE(dev, SW_TRACE_DISK_WRITE, b, b->alloc_size, 0, 0);
     }
-    sw__maybe_release_locked(dev, b); /* freed meanwhile */
+    pthread_cond_broadcast(&dev->moved);
+    for (size_t i = 0; i < k; i++)
+        sw__maybe_release_locked(dev, v[i]); /* freed meanwhile */
     return rc;
 }
 
@@ -248,7 +276,20 @@ static int room_locked(sw_device *dev, uint64_t need, bool wait,
         }
         if (b == NULL)
             return SW_OK; /* nothing more can go now: best effort */
-        int rc = disk_write_locked(dev, b);
+        /* As many as make the room, least recently used first, written
+         * together (the engine does their pieces at once). */
+        sw__buf *v[DISK_BATCH];
+        size_t k = 0;
+        uint64_t going = 0;
+        while (b != NULL) {
+            b->moving = true; /* not chosen again */
+            v[k++] = b;
+            going += b->alloc_size;
+            if (k == DISK_BATCH || going >= over)
+                break;
+            b = disk_victim_locked(dev, &busy);
+        }
+        int rc = disk_write_locked(dev, v, k);
         if (rc != SW_OK)
             return rc;
     }

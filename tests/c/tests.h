@@ -16,6 +16,8 @@
     /* test-disk.c */                                                         \
     X(disk_spills_past_the_host_budget)                                       \
     X(disk_read_takes_a_pool_block)                                           \
+    X(disk_io_engine)                                                         \
+    X(thread_dio_engine)                                                      \
     X(disk_budget_lowered_under_spilled_data)                                 \
     X(disk_faults_at_every_n)                                                 \
     X(disk_directory_missing_or_removed)                                      \
