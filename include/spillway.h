@@ -450,6 +450,10 @@ typedef struct sw_buffer_info {
     uint64_t queues;     /* bit k: queue id k used it since the default
                           * queue last waited for it (0: default only) */
     char tag[SW_TAG_MAX + 1];
+    int on_disk;   /* spilled, its copy in the spill file (the disk tier,
+                    * sw_set_host_budget) rather than in host memory */
+    int host_copy; /* resident with a clean copy on the host: evicting it
+                    * copies nothing (host_copies of sw_memory_info) */
 } sw_buffer_info;
 
 /* Every live base buffer of dev, most recently allocated first: up to cap

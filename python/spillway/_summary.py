@@ -86,6 +86,10 @@ def _largest(dev, width, rule, thin, count=5):
            .ljust(width - 2) + "|"]
     for b in bufs[:count]:
         flags = [b["state"]]
+        if b.get("on_disk"):
+            flags.append("on disk")
+        if b.get("host_copy"):
+            flags.append("host copy")
         if b["external"]:
             flags.append("external")
         if b["leases"]:

@@ -323,7 +323,8 @@ static PyObject *buffer_dict(const sw_buffer_info *b, PyObject *devname)
         return NULL;
     }
     PyObject *r = Py_BuildValue(
-        "{sKsNsKsKsssOsOsOsIsIsOsIsIsKsNsO}", "id", (unsigned long long)b->id,
+        "{sKsNsKsKsssOsOsOsIsIsOsIsIsKsNsOsOsO}", "id",
+        (unsigned long long)b->id,
         "tag", tag, "size", (unsigned long long)b->size, "alloc_size",
         (unsigned long long)b->alloc_size, "state",
         b->state == SW_SPILLED ? "spilled" : "resident", "external",
@@ -333,7 +334,8 @@ static PyObject *buffer_dict(const sw_buffer_info *b, PyObject *devname)
         (unsigned)b->leases, "pinned", b->pins ? Py_True : Py_False, "views",
         (unsigned)b->views, "handles", (unsigned)b->handles, "last_use",
         (unsigned long long)b->last_use, "queues", queues, "device",
-        devname);
+        devname, "on_disk", b->on_disk ? Py_True : Py_False, "host_copy",
+        b->host_copy ? Py_True : Py_False);
     return r;
 }
 
@@ -503,7 +505,8 @@ static PyMethodDef stats_methods[] = {
            "alloc_size, state ('resident' or 'spilled'), external, moving, "
            "exposed, pins, pinned, leases, views, handles, last_use, queues "
            "(ids of the queues other than the default that used it), "
-           "device."),
+           "device, on_disk (spilled to the spill file: the disk tier), "
+           "host_copy (resident with a clean copy on the host)."),
     {NULL, NULL, 0, NULL},
 };
 

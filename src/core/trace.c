@@ -530,12 +530,14 @@ static void write_snapshot(FILE *f, const dump_copy *c)
         fprintf(f, ",\"size\":%" PRIu64 ",\"alloc_size\":%" PRIu64
                    ",\"state\":\"%s\",\"external\":%s,\"moving\":%s,"
                    "\"pins\":%u,\"leases\":%u,\"views\":%u,\"handles\":%u,"
-                   "\"last_use\":%" PRIu64 ",\"queues\":%" PRIu64 "}",
+                   "\"last_use\":%" PRIu64 ",\"queues\":%" PRIu64
+                   ",\"on_disk\":%s,\"host_copy\":%s}",
                 b->size, b->alloc_size,
                 b->state == SW_SPILLED ? "spilled" : "resident",
                 b->external ? "true" : "false", b->moving ? "true" : "false",
                 b->pins, b->leases, b->views, b->handles, b->last_use,
-                b->queues);
+                b->queues, b->on_disk ? "true" : "false",
+                b->host_copy ? "true" : "false");
     }
     fprintf(f, "],\n\"history\":{\"dropped\":%" PRIu64 ",\"events\":[",
             c->dropped);

@@ -32,17 +32,35 @@ static void spill_all(sw_device *dev)
     ASSERT_OK(sw_set_memory_budget(dev, 0));
 }
 
+/* Whether the snapshot says b has a clean copy on the host. */
+static int has_host_copy(sw_device *dev, sw_buffer *b)
+{
+    uint64_t id = 0;
+    ASSERT_OK(sw_buffer_id(b, &id));
+    sw_buffer_info info[64];
+    size_t count = 0;
+    ASSERT_OK(sw_memory_snapshot(dev, info, 64, &count));
+    for (size_t i = 0; i < count && i < 64; i++)
+        if (info[i].id == id)
+            return info[i].host_copy;
+    FAIL("buffer %" PRIu64 " is not in the snapshot", id);
+    return 0;
+}
+
 /* A buffer of CB bytes with pattern seed, spilled then brought back by a
- * read (a sum): clean. */
+ * read (a sum): clean, and the snapshot says so. */
 static sw_buffer *clean_buffer(sw_device *dev, uint32_t seed)
 {
     sw_buffer *b = test_alloc(dev, CB, "clean");
     test_write_pattern(b, seed);
+    ASSERT_EQ(has_host_copy(dev, b), 0);
     spill_all(dev);
     ASSERT_EQ(cstate(b), SW_SPILLED);
+    ASSERT_EQ(has_host_copy(dev, b), 0);
     sw_scalar s;
     ASSERT_OK(sw_op_sum(b, SW_INT32, CN, &s)); /* restores, reads */
     ASSERT_EQ(cstate(b), SW_RESIDENT);
+    ASSERT_EQ(has_host_copy(dev, b), 1);
     return b;
 }
 

@@ -79,6 +79,17 @@ TEST(disk_spills_past_the_host_budget)
     ASSERT_TRUE(m.spilled_disk >= 4 * (uint64_t)DB);
     ASSERT_TRUE(m.disk_write_bytes >= 4 * (uint64_t)DB);
     ASSERT_TRUE(m.spilled_disk <= m.spilled);
+    /* The snapshot says which are on disk: as many bytes as spilled_disk. */
+    sw_buffer_info info[DN + 4];
+    size_t nb = 0;
+    ASSERT_OK(sw_memory_snapshot(dev, info, DN + 4, &nb));
+    uint64_t disk_bytes = 0;
+    for (size_t i = 0; i < nb; i++) {
+        if (info[i].on_disk)
+            ASSERT_EQ(info[i].state, SW_SPILLED);
+        disk_bytes += info[i].on_disk ? info[i].alloc_size : 0;
+    }
+    ASSERT_UEQ(disk_bytes, m.spilled_disk);
     /* Read from the host: straight from the file where it is there. */
     for (int i = 0; i < DN; i++)
         test_expect_pattern(b[i], 40 + (uint32_t)i);

@@ -32,9 +32,14 @@ def test_clean_copy_evicts_without_copying(dev):
     a = clean_array(dev)
     s0 = sw.memory_stats(dev)
     assert s0["host_copies"] == a.nbytes
+    mine = [b for b in sw.memory_snapshot(dev) if b["size"] == a.nbytes]
+    assert [b["host_copy"] for b in mine] == [True]
     spill_all(dev)
     s1 = sw.memory_stats(dev)
     assert a.is_spilled
+    mine = [b for b in sw.memory_snapshot(dev) if b["size"] == a.nbytes]
+    assert [(b["state"], b["host_copy"], b["on_disk"]) for b in mine] == \
+        [("spilled", False, False)]
     assert s1["spilled_bytes_total"] == s0["spilled_bytes_total"]
     assert s1["clean_evictions"] == s0["clean_evictions"] + 1
     assert s1["host_copies"] == 0

@@ -36,6 +36,10 @@ def test_spilled_arrays_go_to_disk_and_come_back(budgets):
     assert s["spilled_disk"] >= 4 << 20
     assert s["disk_write_bytes"] >= 4 << 20 and s["disk_write_seconds"] > 0
     assert host_held(s) <= 2 << 20
+    snap = sw.memory_snapshot(dev)       # which are on disk: all of it
+    assert all(b["state"] == "spilled" for b in snap if b["on_disk"])
+    assert sum(b["alloc_size"] for b in snap if b["on_disk"]) == \
+        s["spilled_disk"]
     for a, w in zip(arrays, want):       # host reads: from the file
         np.testing.assert_array_equal(a.numpy(), w)
     for a, w in zip(arrays, want):       # restored through a kernel
