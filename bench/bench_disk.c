@@ -4,9 +4,10 @@
  * by
  *   - plain:   one pwrite / pread per piece by the calling thread (the
  *              demo's baseline, and the disk tier's first engine);
- *   - threads: the library's engine (src/core/diskio.c): each piece cut
- *              in 1 MiB chunks, done at once by a few I/O threads and the
- *              calling thread;
+ *   - threads: the library's engine (src/core/diskio.c): reads cut in
+ *              1 MiB chunks, done at once by a few I/O threads and the
+ *              calling thread; writes by the caller (parallel writes to
+ *              one file wait for its inode's lock);
  *   - uring:   the same chunks as io_uring requests, submitted together
  *              and waited for (Debian's liburing; built only with it).
  * Each engine does the work two ways: piece by piece (a restore reads one

@@ -20,9 +20,11 @@ typedef struct {
               * end; ENOSPC: a write that wrote nothing) */
 } sw__dio;
 
-/* Do every transfer of v[0..n) and wait for them all.  Called with no
- * lock held (it waits for the I/O threads, which take only the engine's
- * own mutex, a leaf).  Never fails as a whole: each transfer says. */
+/* Do every transfer of v[0..n) and wait for them all: reads in pieces by
+ * the caller and the I/O threads at once, writes by the caller.  Called
+ * with no lock held (it waits for the I/O threads, which take only the
+ * engine's own mutex, a leaf).  Never fails as a whole: each transfer
+ * says. */
 void sw__dio_run(sw__dio *v, size_t n);
 
 /* The I/O threads besides the caller (SPILLWAY_DISK_THREADS, read once;
