@@ -637,7 +637,11 @@ typedef struct sw_event sw_event;
 
 /* A new queue on dev, with one reference.  On the simulated device each
  * queue also reserves SW_SIM_QUEUE_RESERVE bytes of device memory (as
- * drivers do), so that leaked queues show in device_free. */
+ * drivers do), so that leaked queues show in device_free.  When the
+ * device is too full for a queue's own memory, room is made as for an
+ * allocation: the cache and dead queues give theirs back, the pressure
+ * callbacks run, the least recently used buffers spill; SW_ERR_OOM when
+ * nothing more can move. */
 SW_API int sw_queue_create(sw_device *dev, sw_queue **out);
 SW_API int sw_queue_retain(sw_queue *q);
 /* Drop one reference.  The last one never waits: the queue is destroyed

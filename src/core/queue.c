@@ -17,6 +17,7 @@
 #include "core/internal.h"
 #include "core/trypin.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -312,6 +313,40 @@ static sw_queue *install_locked(sw_device *dev, sw__queue *q)
     return (sw_queue *)sw__handle_of(&sw__queue_pool, q);
 }
 
+/* A queue's own device memory, still short after the cache and the dead
+ * queues gave theirs back: made the way an allocation makes room -- the
+ * pressure callbacks (a collector frees garbage holding the device), then
+ * spills of the least recently used buffers -- in growing steps, since
+ * what the backend needs is its own business (the sim reserves 1 MiB; an
+ * OpenCL queue, its sum partials).  Each step's spilled memory goes back
+ * to the device before the retry (spills land in the cache; frees are
+ * stream-ordered).  SW_ERR_OOM when nothing more moves. */
+static int make_room_for_queue_locked(sw_device *dev, sw__queue *q)
+{
+    int rc = SW_ERR_OOM;
+    char why[512];
+    snprintf(why, sizeof why, "%s", sw_last_error());
+    for (uint64_t need = (uint64_t)1 << 20;
+         rc == SW_ERR_OOM && need <= ((uint64_t)1 << 32); need <<= 1) {
+        bool freed = sw__run_callbacks_locked(dev, (size_t)need,
+                                              need > ((uint64_t)1 << 20));
+        uint64_t got = 0;
+        int src = sw__spill_locked(dev, need, &got);
+        if (src != SW_OK && got == 0)
+            return src; /* a spill failed: its buffers stay, intact */
+        if (!freed && got == 0)
+            break; /* nothing more can move */
+        sw__cache_drain_locked(dev);
+        if ((src = sw__wait_idle_locked(dev)) != SW_OK)
+            return src;
+        rc = sw__b_queue_create(dev, &q->bq);
+    }
+    if (rc == SW_ERR_OOM)
+        sw__errorf(SW_ERR_OOM, "%s (the pressure callbacks ran and nothing "
+                   "more could spill)", why);
+    return rc;
+}
+
 SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
 {
     if (out == NULL)
@@ -365,6 +400,8 @@ SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
             rc = sw__b_queue_create(dev, &q->bq);
         }
     }
+    if (rc == SW_ERR_OOM)
+        rc = make_room_for_queue_locked(dev, q);
     if (rc != SW_OK) {
         sw__unlock(dev);
         sw__pool_put(&sw__queue_pool, q);

@@ -519,6 +519,95 @@ TEST(queue_released_inside_host_task)
     ASSERT_OK(sw_buffer_free(a));
 }
 
+/* The pressure callback of queue_makes_room: frees the "garbage" (a
+ * buffer only it knows of), as a collector frees cycles. */
+static sw_buffer *qgarbage;
+static int qcollector(sw_device *dev, sw_pressure *p, size_t bytes,
+                      void *user)
+{
+    (void)dev;
+    (void)bytes;
+    int *runs = user;
+    (*runs)++;
+    if (qgarbage == NULL)
+        return 0;
+    sw_pressure_unlock(p);
+    ASSERT_OK(sw_buffer_free(qgarbage));
+    sw_pressure_relock(p);
+    qgarbage = NULL;
+    return 1;
+}
+
+/* A queue's own device memory on a full device is made room for as an
+ * allocation is: the pressure callbacks first (garbage a collector frees),
+ * then spills of the least recently used buffers (their data intact); a
+ * device full of pinned buffers is SW_ERR_OOM, saying so, with nothing
+ * lost. */
+TEST(queue_makes_room)
+{
+    test_require_sim();
+    setenv("SPILLWAY_SIM_MEMORY", "8M", 1);
+    sw_device *dev = test_open("sim:0");
+    sw_buffer *b[8] = {0};
+    int nb = 0;
+    while (nb < 8) { /* until the device is full */
+        sw_buffer *x = NULL;
+        sw_set_memory_budget(dev, 0);
+        if (sw_buffer_alloc(dev, 1u << 20, "full", &x) != SW_OK)
+            break;
+        b[nb] = x;
+        test_write_pattern(x, 60 + (uint32_t)nb);
+        nb++;
+    }
+    ASSERT_TRUE(nb >= 6);
+    /* Everything pinned: no room can be made. */
+    for (int i = 0; i < nb; i++)
+        test_pin(b[i]);
+    sw_queue *q = NULL;
+    ASSERT_ERR(sw_queue_create(dev, &q), SW_ERR_OOM);
+    ASSERT_STR_CONTAINS(sw_last_error(), "nothing more could spill");
+    ASSERT_TRUE(q == NULL);
+    /* Garbage the callback frees: the queue is made, nothing spilled. */
+    int runs = 0, id = -1;
+    ASSERT_OK(sw_add_pressure_callback(dev, qcollector, &runs, &id));
+    test_unpin(b[nb - 1]);
+    qgarbage = b[--nb];
+    sw_memory_info m0 = test_info(dev);
+    ASSERT_OK(sw_queue_create(dev, &q));
+    ASSERT_TRUE(runs >= 1 && qgarbage == NULL);
+    ASSERT_UEQ(test_info(dev).spills, m0.spills);
+    ASSERT_OK(sw_queue_release(q));
+    ASSERT_OK(sw_remove_pressure_callback(dev, id));
+    /* Refill the room the garbage left (once the released queue has given
+     * its reserve back), then unpin: a spill makes the room, and the
+     * spilled buffer comes back intact. */
+    sw_buffer *x = NULL;
+    int rc = SW_ERR_OOM;
+    for (int i = 0; i < 200 && rc == SW_ERR_OOM; i++) {
+        ASSERT_OK(sw_device_synchronize(dev));
+        rc = sw_buffer_alloc(dev, 1u << 20, "full", &x);
+        if (rc == SW_ERR_OOM) {
+            struct timespec ts = {0, 5 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    ASSERT_OK(rc);
+    test_write_pattern(x, 99);
+    for (int i = 0; i < nb; i++)
+        test_unpin(b[i]);
+    sw_queue *q2 = NULL;
+    sw_memory_info m1 = test_info(dev);
+    ASSERT_OK(sw_queue_create(dev, &q2));
+    ASSERT_TRUE(test_info(dev).spills > m1.spills);
+    ASSERT_OK(sw_queue_release(q2));
+    for (int i = 0; i < nb; i++) {
+        test_expect_pattern(b[i], 60 + (uint32_t)i);
+        ASSERT_OK(sw_buffer_free(b[i]));
+    }
+    test_expect_pattern(x, 99);
+    ASSERT_OK(sw_buffer_free(x));
+}
+
 TEST(queue_churn_bounded)
 {
     sw_device *dev = test_device();

@@ -276,6 +276,7 @@
     X(copy_seconds_exclude_the_wait)                                          \
     X(queue_host_task)                                                        \
     X(queue_released_inside_host_task)                                        \
+    X(queue_makes_room)                                                       \
     X(queue_churn_bounded)                                                    \
     X(order_record)                                                           \
     X(thread_queues)                                                          \

@@ -69,6 +69,44 @@ def test_cyclic_garbage_is_collected_before_oom(dev):
         gc.collect()
 
 
+@pytest.mark.spills
+def test_cyclic_garbage_is_collected_for_a_queue(dev):
+    """A queue's own device memory (the simulated device reserves some per
+    queue) is made room for as an array's is: cyclic garbage holding the
+    whole device is collected, and Queue() succeeds."""
+    if not dev.name.startswith("sim"):
+        pytest.skip("only the simulated device reserves memory per queue")
+    n = _eighth(dev)
+    sw.synchronize(dev)
+    sw.empty_cache(dev)
+    sw.synchronize(dev)
+    gc.disable()
+    try:
+        # Exposed arrays until the device is full to the last MiB (eighths,
+        # then MiBs), then each put in a reference cycle of its own.
+        held = []
+        for size in (n, 1 << 18):
+            with pytest.raises(sw.DeviceMemoryError):
+                for _ in range(4096):
+                    a = sw.empty(size, dtype="float32", device=dev)
+                    held.append((a, a.__dlpack__()))
+                    del a
+        for pair in held:
+            cycle = [pair]
+            cycle.append(cycle)
+        del held, pair, cycle
+        before = sw.memory_info(dev)
+        q = sw.Queue(dev)
+        assert sw.memory_info(dev).gc_runs > before.gc_runs
+        b = sw.ones(16, device=dev)
+        assert float(sw.add(b, b, queue=q).sum()) == 32.0
+        q.synchronize()
+        del q, b
+    finally:
+        gc.enable()
+        gc.collect()
+
+
 def _mib(n):
     return n * (1 << 20) // 4  # float32 elements
 
