@@ -162,6 +162,25 @@ void test_unpin(sw_buffer *buf)
     ASSERT_OK(sw_launch_end(owner_of(buf), arr, 1));
 }
 
+uint32_t test_pins_of(sw_device *dev, sw_buffer *b)
+{
+    uint64_t id = 0;
+    ASSERT_OK(sw_buffer_id(b, &id));
+    size_t count = 0;
+    ASSERT_OK(sw_memory_snapshot(dev, NULL, 0, &count));
+    sw_buffer_info *info = calloc(count + 1, sizeof *info);
+    ASSERT_NOT_NULL(info);
+    ASSERT_OK(sw_memory_snapshot(dev, info, count, &count));
+    uint32_t pins = UINT32_MAX;
+    for (size_t i = 0; i < count; i++)
+        if (info[i].id == id)
+            pins = info[i].pins;
+    free(info);
+    if (pins == UINT32_MAX)
+        FAIL("buffer %" PRIu64 " is not in the snapshot", id);
+    return pins;
+}
+
 void test_unpin_free(sw_buffer *buf)
 {
     test_unpin(buf);

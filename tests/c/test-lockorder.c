@@ -213,6 +213,21 @@ static void lo_teardown(sw_device *dev, const int ids[2])
     ASSERT_OK(sw_remove_pressure_callback(dev, ids[1]));
 }
 
+/* n buffers of LO_BUF allocated by a "Python thread" and dropped into
+ * cycles: only a collection frees them. */
+static void fill_with_cycles(sw_device *dev, int n)
+{
+    int taken = gil_ensure();
+    for (int i = 0; i < n; i++) {
+        sw_buffer *b = NULL;
+        allow_threads_begin();
+        ASSERT_OK(sw_buffer_alloc(dev, LO_BUF, "cycle", &b));
+        allow_threads_end();
+        make_garbage(b);
+    }
+    gil_release(taken);
+}
+
 /* "Pure Python" for a little while (the GIL held). */
 static uint64_t busy(uint64_t x, int n)
 {
@@ -460,15 +475,7 @@ TEST(thread_lockorder_c_thread)
     pthread_t ts[2], tsync, tc;
     /* Fill the device with cycles first, so the C thread's first
      * allocations meet pressure at once. */
-    int taken = gil_ensure();
-    for (int i = 0; i < 6; i++) {
-        sw_buffer *b = NULL;
-        allow_threads_begin();
-        ASSERT_OK(sw_buffer_alloc(dev, LO_BUF, "cycle", &b));
-        allow_threads_end();
-        make_garbage(b);
-    }
-    gil_release(taken);
+    fill_with_cycles(dev, 6);
     for (int i = 0; i < 2; i++)
         ASSERT_EQ(pthread_create(&ts[i], NULL, python_spinner, &spin[i]), 0);
     ASSERT_EQ(pthread_create(&tsync, NULL, python_syncer, &syncer), 0);
@@ -590,15 +597,7 @@ TEST(thread_lockorder_try_pins)
             ASSERT_OK(sw_op_fill(pa[i].set[k], SW_INT32, LO_PIN_N, v));
         }
     }
-    int taken = gil_ensure(); /* the device full of cycles */
-    for (int i = 0; i < 5; i++) {
-        sw_buffer *b = NULL;
-        allow_threads_begin();
-        ASSERT_OK(sw_buffer_alloc(dev, LO_BUF, "cycle", &b));
-        allow_threads_end();
-        make_garbage(b);
-    }
-    gil_release(taken);
+    fill_with_cycles(dev, 5); /* the device full of cycles */
     pthread_t tp[NT], tc;
     for (int i = 0; i < NT; i++)
         ASSERT_EQ(pthread_create(&tp[i], NULL, python_pinner, &pa[i]), 0);

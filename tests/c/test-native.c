@@ -28,25 +28,6 @@ static sw_buffer_state state_of(sw_buffer *b)
     return st;
 }
 
-static uint32_t pins_of(sw_device *dev, sw_buffer *b)
-{
-    uint64_t id = 0;
-    ASSERT_OK(sw_buffer_id(b, &id));
-    size_t count = 0;
-    ASSERT_OK(sw_memory_snapshot(dev, NULL, 0, &count));
-    sw_buffer_info *info = calloc(count + 1, sizeof *info);
-    ASSERT_NOT_NULL(info);
-    ASSERT_OK(sw_memory_snapshot(dev, info, count, &count));
-    uint32_t pins = UINT32_MAX;
-    for (size_t i = 0; i < count; i++)
-        if (info[i].id == id)
-            pins = info[i].pins;
-    free(info);
-    if (pins == UINT32_MAX)
-        FAIL("buffer %" PRIu64 " is not in the snapshot", id);
-    return pins;
-}
-
 static int native_supported(sw_device *dev)
 {
     uintptr_t ctx = 0;
@@ -87,12 +68,12 @@ TEST(native_pin_on_queue_orders_later_spill)
         ASSERT_OK(sw_buffer_write(a, 0, want, n * 4));
         sw_devmem p;
         ASSERT_OK(sw_launch_begin_q(q, &a, 1, &p));
-        ASSERT_UEQ(pins_of(dev, a), 1);
+        ASSERT_UEQ(test_pins_of(dev, a), 1);
         sw_kernel_args k = {.kernel = SW_KERNEL_SCALE, .dtype = SW_INT32,
                             .n = n, .out = p, .a = p, .alpha = {.i = 2}};
         ASSERT_OK(sw_launch_kernel_q(q, &k));
         ASSERT_OK(sw_launch_end_q(q, &a, 1));
-        ASSERT_UEQ(pins_of(dev, a), 0);
+        ASSERT_UEQ(test_pins_of(dev, a), 0);
         sw_memory_info m = test_info(dev);
         ASSERT_OK(sw_set_memory_budget(dev, m.in_use - test_round(n * 4) +
                                                 SW_ALLOC_GRANULARITY));
@@ -281,21 +262,21 @@ TEST(native_pin_nested_and_duplicates)
     sw_buffer *set[3] = {a, a, v};
     sw_devmem p[3];
     ASSERT_OK(sw_launch_begin_q(q, set, 3, p));
-    ASSERT_UEQ(pins_of(dev, a), 3);
+    ASSERT_UEQ(test_pins_of(dev, a), 3);
     ASSERT_TRUE(p[0].base == p[1].base && p[0].base == p[2].base);
     ASSERT_UEQ(p[2].offset, p[0].offset + 1024);
     sw_devmem p2;
     ASSERT_OK(sw_launch_begin_q(NULL, &a, 1, &p2));
-    ASSERT_UEQ(pins_of(dev, a), 4);
+    ASSERT_UEQ(test_pins_of(dev, a), 4);
     ASSERT_OK(sw_launch_begin_q(q, &v, 1, &p2));
-    ASSERT_UEQ(pins_of(dev, a), 5);
+    ASSERT_UEQ(test_pins_of(dev, a), 5);
     ASSERT_OK(sw_launch_end_q(q, &v, 1));
     ASSERT_OK(sw_launch_end_q(NULL, &a, 1));
     ASSERT_OK(sw_launch_end_q(q, set, 3));
-    ASSERT_UEQ(pins_of(dev, a), 0);
+    ASSERT_UEQ(test_pins_of(dev, a), 0);
     /* An end with nothing to end changes nothing. */
     ASSERT_ERR(sw_launch_end_q(q, &a, 1), SW_ERR_INVALID_ARG);
-    ASSERT_UEQ(pins_of(dev, a), 0);
+    ASSERT_UEQ(test_pins_of(dev, a), 0);
     ASSERT_OK(sw_buffer_free(v));
     ASSERT_OK(sw_buffer_free(a));
     ASSERT_OK(sw_queue_release(q));
@@ -350,9 +331,9 @@ TEST(native_pin_bad_input)
     sw_buffer *set[2] = {a, dead};
     ASSERT_ERR(sw_launch_begin_q(q, set, 2, p), SW_ERR_INVALID_HANDLE);
     ASSERT_TRUE(p[0].base == 0 && p[1].base == 0); /* cleared */
-    ASSERT_UEQ(pins_of(dev, a), 0);
+    ASSERT_UEQ(test_pins_of(dev, a), 0);
     ASSERT_ERR(sw_launch_begin_q(NULL, set, 2, p), SW_ERR_INVALID_HANDLE);
-    ASSERT_UEQ(pins_of(dev, a), 0);
+    ASSERT_UEQ(test_pins_of(dev, a), 0);
     ASSERT_ERR(sw_launch_begin_q(q, NULL, 1, p), SW_ERR_INVALID_ARG);
     ASSERT_ERR(sw_launch_begin_q(q, set, 1, NULL), SW_ERR_INVALID_ARG);
     ASSERT_ERR(sw_launch_end_q(q, NULL, 1), SW_ERR_INVALID_ARG);
@@ -363,7 +344,7 @@ TEST(native_pin_bad_input)
     ASSERT_OK(sw_queue_create(dev, &gone));
     ASSERT_OK(sw_queue_release(gone));
     ASSERT_ERR(sw_launch_begin_q(gone, &a, 1, p), SW_ERR_INVALID_HANDLE);
-    ASSERT_UEQ(pins_of(dev, a), 0);
+    ASSERT_UEQ(test_pins_of(dev, a), 0);
     /* A buffer of another device, or a queue of another. */
     const char *other_spec =
         strncmp(test_device_spec(), "host:", 5) == 0 ? "sim:0" : "host:0";
@@ -376,16 +357,16 @@ TEST(native_pin_bad_input)
         if (rc != SW_ERR_INVALID_ARG && rc != SW_ERR_INVALID_HANDLE)
             FAIL("a buffer of %s with a queue of %s: %s", other_spec,
                  test_device_spec(), sw_err_name(rc));
-        ASSERT_UEQ(pins_of(dev, a), 0);
+        ASSERT_UEQ(test_pins_of(dev, a), 0);
         rc = sw_launch_begin_q(NULL, mixed, 2, p);
         if (rc != SW_ERR_INVALID_ARG && rc != SW_ERR_INVALID_HANDLE)
             FAIL("a host pin across devices: %s", sw_err_name(rc));
-        ASSERT_UEQ(pins_of(dev, a), 0);
+        ASSERT_UEQ(test_pins_of(dev, a), 0);
         sw_queue *oq = NULL;
         ASSERT_OK(sw_queue_create(other, &oq));
         ASSERT_ERR(sw_launch_begin_q(oq, &a, 1, p), SW_ERR_INVALID_ARG);
         ASSERT_STR_CONTAINS(sw_last_error(), "not on");
-        ASSERT_UEQ(pins_of(dev, a), 0);
+        ASSERT_UEQ(test_pins_of(dev, a), 0);
         ASSERT_OK(sw_queue_release(oq));
         ASSERT_OK(sw_buffer_free(x));
         ASSERT_OK(sw_device_close(other));
@@ -396,7 +377,7 @@ TEST(native_pin_bad_input)
     ASSERT_OK(sw_launch_begin_q(q, &a, 1, p));
     sw_buffer *twice[2] = {a, a};
     ASSERT_ERR(sw_launch_end_q(q, twice, 2), SW_ERR_INVALID_ARG);
-    ASSERT_UEQ(pins_of(dev, a), 1);
+    ASSERT_UEQ(test_pins_of(dev, a), 1);
     ASSERT_OK(sw_launch_end_q(q, &a, 1));
     ASSERT_OK(sw_buffer_free(a));
     ASSERT_OK(sw_queue_release(q));
@@ -423,8 +404,8 @@ TEST(native_pin_set_too_large)
     ASSERT_UEQ(m.in_use, before.in_use);
     ASSERT_UEQ(m.spilled, before.spilled);
     ASSERT_UEQ(m.cached, before.cached);
-    ASSERT_UEQ(pins_of(dev, a), 0);
-    ASSERT_UEQ(pins_of(dev, b), 0);
+    ASSERT_UEQ(test_pins_of(dev, a), 0);
+    ASSERT_UEQ(test_pins_of(dev, b), 0);
     ASSERT_OK(sw_set_memory_budget(dev, 0));
     test_expect_pattern(a, 81);
     test_expect_pattern(b, 82);

@@ -19,25 +19,6 @@
 
 #define TB (64u << 10)
 
-static uint32_t tpins(sw_device *dev, sw_buffer *b)
-{
-    uint64_t id = 0;
-    ASSERT_OK(sw_buffer_id(b, &id));
-    size_t count = 0;
-    ASSERT_OK(sw_memory_snapshot(dev, NULL, 0, &count));
-    sw_buffer_info *info = calloc(count + 1, sizeof *info);
-    ASSERT_NOT_NULL(info);
-    ASSERT_OK(sw_memory_snapshot(dev, info, count, &count));
-    uint32_t pins = UINT32_MAX;
-    for (size_t i = 0; i < count; i++)
-        if (info[i].id == id)
-            pins = info[i].pins;
-    free(info);
-    if (pins == UINT32_MAX)
-        FAIL("buffer %" PRIu64 " is not in the snapshot", id);
-    return pins;
-}
-
 static sw_buffer_state tstate(sw_buffer *b)
 {
     sw_buffer_state st;
@@ -59,16 +40,16 @@ TEST(trypin_warm_matches_full_form)
      * is the full form's. */
     ASSERT_EQ(sw__launch_begin_q_try(q, bufs, NULL, 3, got), SW__AGAIN);
     for (int i = 0; i < 3; i++)
-        ASSERT_EQ(tpins(dev, bufs[i]), 0);
+        ASSERT_EQ(test_pins_of(dev, bufs[i]), 0);
     ASSERT_OK(sw_launch_begin_q(q, bufs, 3, full));
     ASSERT_OK(sw_launch_end_q(q, bufs, 3));
     ASSERT_EQ(sw__launch_begin_q_try(q, bufs, NULL, 3, got), SW_OK);
     ASSERT_MEM_EQ(got, full, sizeof full);
     for (int i = 0; i < 3; i++)
-        ASSERT_EQ(tpins(dev, bufs[i]), 1);
+        ASSERT_EQ(test_pins_of(dev, bufs[i]), 1);
     ASSERT_EQ(sw__launch_end_q_try(q, bufs, 3), SW_OK);
     for (int i = 0; i < 3; i++)
-        ASSERT_EQ(tpins(dev, bufs[i]), 0);
+        ASSERT_EQ(test_pins_of(dev, bufs[i]), 0);
 
     /* The same handles in another array pin the same way; an end must
      * name the begin's own array, else the full form checks it. */
@@ -76,9 +57,9 @@ TEST(trypin_warm_matches_full_form)
     ASSERT_EQ(sw__launch_begin_q_try(q, again, NULL, 3, got), SW_OK);
     ASSERT_MEM_EQ(got, full, sizeof full);
     ASSERT_EQ(sw__launch_end_q_try(q, bufs, 3), SW__AGAIN);
-    ASSERT_EQ(tpins(dev, bufs[0]), 1);
+    ASSERT_EQ(test_pins_of(dev, bufs[0]), 1);
     ASSERT_OK(sw_launch_end_q(q, bufs, 3));
-    ASSERT_EQ(tpins(dev, bufs[0]), 0);
+    ASSERT_EQ(test_pins_of(dev, bufs[0]), 0);
     /* An end with no begin: nothing unpinned, the full form refuses. */
     ASSERT_EQ(sw__launch_end_q_try(q, bufs, 3), SW__AGAIN);
     ASSERT_ERR(sw_launch_end_q(q, bufs, 3), SW_ERR_INVALID_ARG);
@@ -86,9 +67,9 @@ TEST(trypin_warm_matches_full_form)
     /* The same buffer twice is pinned twice, and unpinned twice. */
     sw_buffer *twice[2] = {bufs[1], bufs[1]};
     ASSERT_EQ(sw__launch_begin_q_try(q, twice, NULL, 2, got), SW_OK);
-    ASSERT_EQ(tpins(dev, bufs[1]), 2);
+    ASSERT_EQ(test_pins_of(dev, bufs[1]), 2);
     ASSERT_EQ(sw__launch_end_q_try(q, twice, 2), SW_OK);
-    ASSERT_EQ(tpins(dev, bufs[1]), 0);
+    ASSERT_EQ(test_pins_of(dev, bufs[1]), 0);
 
     /* Access modes: valid ones pin; a bad one is the full form's error. */
     const unsigned char rw[3] = {SW_ACCESS_READ, SW_ACCESS_WRITE,
@@ -100,7 +81,7 @@ TEST(trypin_warm_matches_full_form)
     ASSERT_ERR(sw_launch_begin_q_access(q, bufs, bad, 3, got),
                SW_ERR_INVALID_ARG);
     for (int i = 0; i < 3; i++)
-        ASSERT_EQ(tpins(dev, bufs[i]), 0);
+        ASSERT_EQ(test_pins_of(dev, bufs[i]), 0);
 
     /* Nothing to do, or nothing to do it with: the full form's. */
     ASSERT_EQ(sw__launch_begin_q_try(q, bufs, NULL, 0, got), SW__AGAIN);
@@ -137,12 +118,12 @@ TEST(trypin_leaves_the_rest_to_the_full_form)
         ASSERT_OK(sw_launch_end_q(q, one, 1));
         ASSERT_EQ(sw__launch_begin_q_try(q, set, NULL, 2, p), SW__AGAIN);
         ASSERT_EQ(tstate(a), SW_SPILLED);
-        ASSERT_EQ(tpins(dev, a), 0);
-        ASSERT_EQ(tpins(dev, b), 0); /* pinned by the try, then undone */
+        ASSERT_EQ(test_pins_of(dev, a), 0);
+        ASSERT_EQ(test_pins_of(dev, b), 0); /* pinned by the try, then undone */
         ASSERT_OK(sw_launch_begin_q(q, set, 2, p)); /* restores a */
         ASSERT_EQ(tstate(a), SW_RESIDENT);
         ASSERT_EQ(sw__launch_end_q_try(q, set, 2), SW_OK);
-        ASSERT_EQ(tpins(dev, a), 0);
+        ASSERT_EQ(test_pins_of(dev, a), 0);
         test_expect_pattern(a, 5);
     }
 
@@ -151,10 +132,10 @@ TEST(trypin_leaves_the_rest_to_the_full_form)
     ASSERT_OK(sw_launch_begin_q(q, ha, 1, p));
     ASSERT_OK(sw_launch_end_q(q, ha, 1));
     ASSERT_EQ(sw__launch_begin_q_try(NULL, ha, NULL, 1, p), SW__AGAIN);
-    ASSERT_EQ(tpins(dev, a), 0);
+    ASSERT_EQ(test_pins_of(dev, a), 0);
     ASSERT_OK(sw_launch_begin_q(NULL, ha, 1, p));
     ASSERT_EQ(sw__launch_end_q_try(NULL, ha, 1), SW_OK);
-    ASSERT_EQ(tpins(dev, a), 0);
+    ASSERT_EQ(test_pins_of(dev, a), 0);
     /* Now no queue's work is on it: once the default queue is idle, the
      * host's pin is bookkeeping too -- where the backend can tell that it
      * is (its queue_idle op: sim, host, OpenCL, CUDA; the HIP and Level
@@ -164,12 +145,12 @@ TEST(trypin_leaves_the_rest_to_the_full_form)
     if (test_is_sim())
         ASSERT_EQ(rc, SW_OK);
     if (rc == SW_OK) {
-        ASSERT_EQ(tpins(dev, a), 1);
+        ASSERT_EQ(test_pins_of(dev, a), 1);
         ASSERT_EQ(sw__launch_end_q_try(NULL, ha, 1), SW_OK);
     } else {
         ASSERT_EQ(rc, SW__AGAIN);
     }
-    ASSERT_EQ(tpins(dev, a), 0);
+    ASSERT_EQ(test_pins_of(dev, a), 0);
 
     /* A view pinned whose base's handle is freed meanwhile: the end of
      * the base's last pin may release it, the full form's.  (The host's
@@ -184,9 +165,9 @@ TEST(trypin_leaves_the_rest_to_the_full_form)
     ASSERT_EQ(sw__launch_begin_q_try(q, vs, NULL, 2, p), SW_OK);
     ASSERT_OK(sw_buffer_free(b));
     ASSERT_EQ(sw__launch_end_q_try(q, vs, 2), SW__AGAIN);
-    ASSERT_EQ(tpins(dev, a), 1);
+    ASSERT_EQ(test_pins_of(dev, a), 1);
     ASSERT_OK(sw_launch_end_q(q, vs, 2));
-    ASSERT_EQ(tpins(dev, a), 0);
+    ASSERT_EQ(test_pins_of(dev, a), 0);
     ASSERT_OK(sw_buffer_free(v)); /* the base's last reference */
     sw_memory_info m1 = test_info_synced(dev);
     ASSERT_UEQ(m0.in_use - m1.in_use, test_round(TB));
@@ -199,7 +180,7 @@ TEST(trypin_leaves_the_rest_to_the_full_form)
     ASSERT_ERR(sw_launch_begin_q(gone, ha, 1, p), SW_ERR_INVALID_HANDLE);
     ASSERT_EQ(sw__launch_begin_q_try(q, set, NULL, 2, p), SW__AGAIN);
     ASSERT_EQ(sw__launch_begin_q_try(NULL, set, NULL, 2, p), SW__AGAIN);
-    ASSERT_EQ(tpins(dev, a), 0);
+    ASSERT_EQ(test_pins_of(dev, a), 0);
     ASSERT_OK(sw_buffer_free(a));
     ASSERT_OK(sw_queue_release(q));
 }
@@ -237,13 +218,13 @@ TEST(trypin_never_waits_for_the_lock)
     sw__unlock(dev);
     ASSERT_EQ(t.rc_begin, SW__AGAIN);
     ASSERT_EQ(t.rc_end, SW__AGAIN);
-    ASSERT_EQ(tpins(dev, set[0]), 0);
+    ASSERT_EQ(test_pins_of(dev, set[0]), 0);
     /* Free, the same thread's begin and end are bookkeeping. */
     ASSERT_EQ(pthread_create(&th, NULL, try_thread, &t), 0);
     ASSERT_EQ(pthread_join(th, NULL), 0);
     ASSERT_EQ(t.rc_begin, SW_OK);
     ASSERT_EQ(t.rc_end, SW_OK);
-    ASSERT_EQ(tpins(dev, set[0]), 0);
+    ASSERT_EQ(test_pins_of(dev, set[0]), 0);
     ASSERT_OK(sw_buffer_free(set[0]));
     ASSERT_OK(sw_buffer_free(set[1]));
     ASSERT_OK(sw_queue_release(q));
@@ -349,6 +330,6 @@ TEST(thread_trypins)
     ASSERT_EQ(atomic_load(&failed), 0);
     /* The warm path is the common one even with the budget moving. */
     ASSERT_TRUE(atomic_load(&tried) > 0);
-    ASSERT_EQ(tpins(dev, shared), 0);
+    ASSERT_EQ(test_pins_of(dev, shared), 0);
     ASSERT_OK(sw_buffer_free(shared));
 }

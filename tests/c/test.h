@@ -239,6 +239,8 @@ void test_pin(sw_buffer *buf);
 void test_unpin(sw_buffer *buf);
 /* Unpin and free. */
 void test_unpin_free(sw_buffer *buf);
+/* The pins on b's base now (from the snapshot). */
+uint32_t test_pins_of(sw_device *dev, sw_buffer *b);
 
 /* Allocation that must succeed. */
 sw_buffer *test_alloc(sw_device *dev, size_t size, const char *tag);

@@ -28,16 +28,20 @@ def _eighth(dev):
     return (total - (2 << 20)) // 8 // 4
 
 
-@pytest.mark.spills
-def test_cyclic_garbage_is_collected_before_oom(dev):
-    if sw.memory_info(dev).device_total > (64 << 30):
-        pytest.skip("device too large to fill in a test")
-    n = _eighth(dev)
+def _empty_cache(dev):
     # Blocks an earlier test left cached go back to the device first
     # (frees go back in stream order, hence the second synchronize).
     sw.synchronize(dev)
     sw.empty_cache(dev)
     sw.synchronize(dev)
+
+
+@pytest.mark.spills
+def test_cyclic_garbage_is_collected_before_oom(dev):
+    if sw.memory_info(dev).device_total > (64 << 30):
+        pytest.skip("device too large to fill in a test")
+    n = _eighth(dev)
+    _empty_cache(dev)
     gc.disable()
     try:
         # Exposed eighths until the device is full: seven or eight, as the
@@ -77,9 +81,7 @@ def test_cyclic_garbage_is_collected_for_a_queue(dev):
     if not dev.name.startswith("sim"):
         pytest.skip("only the simulated device reserves memory per queue")
     n = _eighth(dev)
-    sw.synchronize(dev)
-    sw.empty_cache(dev)
-    sw.synchronize(dev)
+    _empty_cache(dev)
     gc.disable()
     try:
         # Exposed arrays until the device is full to the last MiB (eighths,
