@@ -671,8 +671,8 @@ static PyObject *View_repr(PinnedViewObject *v)
             view_array(v)->device->name);
     return PyUnicode_FromFormat(
         "<spillway.PinnedView %s %zu bytes, cl_mem %p + %zu on %U>",
-        sw_py_dtypes[view_array(v)->dtype].name, view_array(v)->nbytes, (void *)m.base,
-        m.offset, view_array(v)->device->name);
+        sw_py_dtypes[view_array(v)->dtype].name, view_array(v)->nbytes,
+        (void *)m.base, m.offset, view_array(v)->device->name);
 }
 
 static PyMethodDef View_methods[] = {

@@ -271,7 +271,7 @@ int sw__pin_all_access_locked(sw_device *dev, sw__queue *q,
     if (q == NULL && ptrs != NULL) {
         uint64_t clock = dev->clock;
         for (; i < n && sw__pin_warm(bufs[i], clock + 1, &ptrs[i], 0,
-                                 sw__acc_write(access, i));
+                                     sw__acc_write(access, i));
              i++)
             clock++;
         dev->clock = clock;

@@ -23,7 +23,7 @@ static inline bool sw__acc_write(const unsigned char *access, size_t i)
  * to wait for -- then pinned, used at `clock`, and its pointer written.
  * False (nothing done) for the general path. */
 static inline bool sw__pin_warm(sw__buf *b, uint64_t clock, sw_devmem *p,
-                            uint64_t q_bit, bool write)
+                                uint64_t q_bit, bool write)
 {
     sw__buf *base = b->base;
     uint64_t m = base->qmask;
@@ -111,7 +111,8 @@ static inline size_t sw__memo_pin_locked(sw_device *dev,
     for (i = 0; i < n; i++) {
         sw__buf *b = last->b[i];
         if (h[i] != last->h[i] || !sw__handle_matches(&b->h, h[i]) ||
-            !sw__pin_warm(b, clock + 1, &ptrs[i], q_bit, sw__acc_write(access, i)))
+            !sw__pin_warm(b, clock + 1, &ptrs[i], q_bit,
+                          sw__acc_write(access, i)))
             break;
         clock++;
     }

@@ -114,7 +114,7 @@ static int launch_begin_q(sw_queue *qh, sw_buffer *const *bufs,
             uint64_t clock = dev->clock;
             size_t i = 0;
             for (; i < n && sw__pin_warm(a.v[i], clock + 1, &ptrs[i], bit,
-                                     sw__acc_write(access, i));
+                                         sw__acc_write(access, i));
                  i++)
                 clock++;
             dev->clock = clock;

@@ -119,7 +119,7 @@ TEST(trypin_leaves_the_rest_to_the_full_form)
         ASSERT_EQ(sw__launch_begin_q_try(q, set, NULL, 2, p), SW__AGAIN);
         ASSERT_EQ(tstate(a), SW_SPILLED);
         ASSERT_EQ(test_pins_of(dev, a), 0);
-        ASSERT_EQ(test_pins_of(dev, b), 0); /* pinned by the try, then undone */
+        ASSERT_EQ(test_pins_of(dev, b), 0); /* the try's pin, undone */
         ASSERT_OK(sw_launch_begin_q(q, set, 2, p)); /* restores a */
         ASSERT_EQ(tstate(a), SW_RESIDENT);
         ASSERT_EQ(sw__launch_end_q_try(q, set, 2), SW_OK);
