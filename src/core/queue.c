@@ -326,20 +326,29 @@ static int make_room_for_queue_locked(sw_device *dev, sw__queue *q)
     int rc = SW_ERR_OOM;
     char why[512];
     snprintf(why, sizeof why, "%s", sw_last_error());
-    for (uint64_t need = (uint64_t)1 << 20;
-         rc == SW_ERR_OOM && need <= ((uint64_t)1 << 32); need <<= 1) {
-        bool freed = sw__run_callbacks_locked(dev, (size_t)need,
-                                              need > ((uint64_t)1 << 20));
+    uint64_t need = (uint64_t)1 << 20;
+    bool last = false;
+    while (rc == SW_ERR_OOM && need <= ((uint64_t)1 << 32)) {
+        bool freed = sw__run_callbacks_locked(dev, (size_t)need, last);
         uint64_t got = 0;
         int src = sw__spill_locked(dev, need, &got);
         if (src != SW_OK && got == 0)
             return src; /* a spill failed: its buffers stay, intact */
-        if (!freed && got == 0)
-            break; /* nothing more can move */
+        if (!freed && got == 0) {
+            /* The callbacks once more, told it is the last chance (a
+             * collector that backed off then runs its full collection,
+             * as sw__obtain_locked's last step does); after that, nothing
+             * more can move. */
+            if (last)
+                break;
+            last = true;
+            continue;
+        }
         sw__cache_drain_locked(dev);
         if ((src = sw__wait_idle_locked(dev)) != SW_OK)
             return src;
         rc = sw__b_queue_create(dev, &q->bq);
+        need <<= 1;
     }
     if (rc == SW_ERR_OOM)
         sw__errorf(SW_ERR_OOM, "%s (the pressure callbacks ran and nothing "
