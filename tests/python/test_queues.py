@@ -309,9 +309,11 @@ def test_operations_record_events_and_keep_their_arrays(dev, gates):
     # Each is held behind the gate -- but the first scale has no work ahead
     # of it on q: a thread descheduled between its launch and its record
     # (a loaded machine; seen once on 3.13t in CI) finds it complete, and a
-    # complete operation keeps nothing.  Every later one has that work
-    # ahead of it.
-    assert tasks in (19, 20)
+    # complete operation keeps nothing.  The later ones have only the
+    # earlier ones' few milliseconds ahead of them: a longer stall (18 of
+    # 20 once, with two test runs sharing 2 cores) finds a few more done.
+    # Most are held all the same; what matters is the add's, below.
+    assert 10 <= tasks <= 20
     c = sw.add(a, b, queue=q)
     assert om.num_host_task_events == tasks + 1  # the task holding a, b, c
     assert om.num_submitted_events <= submitted + 1
