@@ -413,6 +413,45 @@ SW_API int sw_launch_begin_access(sw_device *dev, sw_buffer *const *bufs,
     return rc != SW_OK ? rc : launch_begin(dev, bufs, access, n, ptrs);
 }
 
+bool sw__warm_end_locked(sw_device *dev, const sw__queue *q,
+                         sw_buffer *const *bufs, size_t n)
+{
+    last_begin_t *last = sw__last_begin();
+    if (last->dev != dev || last->q != q || last->bufs != bufs ||
+        last->n != n || n == 0)
+        return false;
+    /* Check and unpin in one pass; a failed check pins back what was
+     * unpinned (none of which reached zero with its handle gone: that
+     * release is the general path's). */
+    uint64_t bit = q != NULL ? UINT64_C(1) << q->id : 0;
+    bool dead = false; /* a base unpinned to zero with its handle gone */
+    uint64_t clock = dev->clock + 1; /* the launch is queued (spill.c) */
+    size_t i;
+    for (i = 0; i < n; i++) {
+        sw__buf *b = last->b[i];
+        if (bufs[i] != last->h[i] || !sw__handle_matches(&b->h, bufs[i]) ||
+            (b->base->qmask & bit) != bit)
+            break;
+        sw__buf *base = b->base;
+        base->last_use = clock;
+        sw__note_use(dev, base);
+        if (--base->pins == 0)
+            dead |= !sw__slot_live(&base->h);
+    }
+    if (__builtin_expect(i < n || dead, 0)) {
+        for (size_t j = 0; j < i; j++)
+            last->b[j]->base->pins++;
+        return false;
+    }
+    /* (A queue's pins: its mark stays set for the stream order of what it
+     * queued, the pin's count goes.) */
+    for (size_t j = 0; q != NULL && j < n; j++)
+        sw__queue_unpin(last->b[j]->base);
+    dev->clock = clock;
+    last->dev = NULL;
+    return true;
+}
+
 SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
 {
     if (bufs == NULL && n > 0)
@@ -420,44 +459,11 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
     int rc = sw__device_enter(dev);
     if (rc != SW_OK)
         return rc;
-    /* The arguments of this thread's last begin, unchanged: only their
-     * generations need checking (their slots are pinned, so not reused,
-     * and pinned by that begin). */
-    last_begin_t *last = sw__last_begin();
-    bool cached = last->dev == dev && last->q == NULL && last->bufs == bufs &&
-                  last->n == n;
-    last->dev = NULL;
-    if (cached && n > 0) {
-        /* Check and unpin in one pass; a failed check pins back what was
-         * unpinned (none of which was released: see below). */
-        bool dead = false; /* a base unpinned to zero with its handle gone */
-        uint64_t clock = dev->clock + 1; /* the launch is queued (spill.c) */
-        size_t i;
-        for (i = 0; i < n; i++) {
-            sw__buf *b = last->b[i];
-            if (bufs[i] != last->h[i] || !sw__handle_matches(&b->h, bufs[i]))
-                break;
-            sw__buf *base = b->base;
-            base->last_use = clock;
-            sw__note_use(dev, base);
-            if (--base->pins == 0)
-                dead |= !sw__slot_live(&base->h);
-        }
-        if (__builtin_expect(i == n, 1)) {
-            dev->clock = clock;
-            if (dead) {
-                /* Rare: pinned back, then unpinned one by one, so that a
-                 * base among several arguments is released once. */
-                for (size_t j = 0; j < n; j++)
-                    last->b[j]->base->pins++;
-                sw__unpin_all_locked(dev, last->b, n);
-            }
-            sw__unlock(dev);
-            return SW_OK;
-        }
-        for (size_t j = 0; j < i; j++)
-            last->b[j]->base->pins++;
+    if (sw__warm_end_locked(dev, NULL, bufs, n)) {
+        sw__unlock(dev);
+        return SW_OK;
     }
+    sw__last_begin()->dev = NULL;
     /* Check everything first, so that a bad array unpins nothing. */
     launch_args a;
     rc = sw__args_decode_locked(dev, bufs, n, &a);

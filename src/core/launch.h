@@ -130,6 +130,24 @@ static inline size_t sw__memo_pin_locked(sw_device *dev,
  * message names the argument and nothing is held.  pre: dev locked. */
 int sw__args_decode_locked(sw_device *dev, sw_buffer *const *h, size_t n,
                            launch_args *a);
+/* The end of a queue's pin of base (sw_launch_begin_q): the last pin of
+ * any queue clears the mask. */
+static inline void sw__queue_unpin(sw__buf *base)
+{
+    if (base->qpins > 0 && --base->qpins == 0)
+        base->qpinmask = 0;
+}
+
+/* The warm path of sw_launch_end (q NULL) and sw_launch_end_q: bufs are
+ * this thread's last begin's (on dev, for q), unchanged and, for a queue,
+ * each still marked as used by it (a host transfer while pinned makes the
+ * default queue wait for q and clears the mark: then the general path
+ * marks it again, since q's work came after).  Then they are unpinned,
+ * used now, and true returned.  false with nothing unpinned otherwise,
+ * and when a last pin would end on a freed handle (the release is the
+ * general path's); it never waits. */
+bool sw__warm_end_locked(sw_device *dev, const sw__queue *q,
+                         sw_buffer *const *bufs, size_t n);
 /* Pin bufs[from..n) (a spilled or moving argument, or a queue to order)
  * after the warm path pinned bufs[0..from); on failure none stays pinned
  * (launch.c says what stays restored). */

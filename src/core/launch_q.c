@@ -56,11 +56,28 @@ static inline void queue_pins_locked(sw__buf *const *v, size_t n,
     }
 }
 
-/* ... and their end: the last pin of any queue clears the mask. */
-static inline void queue_unpin(sw__buf *base)
+
+/* The device of q, or of bufs[0] for the host's pin (q NULL), locked:
+ * SW_OK, or the error with the message set and nothing locked.  *dev NULL
+ * (and SW_OK) when there is nothing to pin: no queue and no buffers. */
+static int enter(sw_queue *qh, sw_buffer *const *bufs, size_t n,
+                 sw__queue **q, sw_device **dev)
 {
-    if (base->qpins > 0 && --base->qpins == 0)
-        base->qpinmask = 0;
+    *q = NULL;
+    *dev = NULL;
+    if (qh != NULL) {
+        int rc = sw__queue_enter(qh, q);
+        if (rc == SW_OK)
+            *dev = (*q)->dev;
+        return rc;
+    }
+    if (n == 0)
+        return SW_OK;
+    sw__buf *b0;
+    int rc = sw__buffer_enter(bufs[0], &b0, dev);
+    if (rc != SW_OK)
+        sw__error_append(" (argument 0)");
+    return rc;
 }
 
 static int launch_begin_q(sw_queue *qh, sw_buffer *const *bufs,
@@ -72,26 +89,16 @@ static int launch_begin_q(sw_queue *qh, sw_buffer *const *bufs,
             memset(ptrs, 0, n * sizeof *ptrs);
         return sw__errorf(SW_ERR_INVALID_ARG, "bufs or ptrs is NULL");
     }
-    sw_device *dev = NULL;
-    sw__queue *q = NULL;
-    int rc;
-    if (qh != NULL) {
-        rc = sw__queue_enter(qh, &q);
-        if (rc == SW_OK)
-            dev = q->dev;
-    } else if (n > 0) {
-        sw__buf *b0;
-        rc = sw__buffer_enter(bufs[0], &b0, &dev);
-        if (rc != SW_OK)
-            sw__error_append(" (argument 0)");
-    } else {
-        return SW_OK; /* the host pins nothing */
-    }
+    sw_device *dev;
+    sw__queue *q;
+    int rc = enter(qh, bufs, n, &q, &dev);
     if (rc != SW_OK) {
         if (ptrs != NULL)
             memset(ptrs, 0, n * sizeof *ptrs);
         return rc;
     }
+    if (dev == NULL)
+        return SW_OK; /* the host pins nothing */
     last_begin_t *last = sw__last_begin();
     uint64_t bit = q != NULL ? UINT64_C(1) << q->id : 0;
     /* The warm path: every argument resident and q already ordered after
@@ -159,64 +166,16 @@ SW_API int sw_launch_end_q(sw_queue *qh, sw_buffer *const *bufs, size_t n)
 {
     if (bufs == NULL && n > 0)
         return sw__errorf(SW_ERR_INVALID_ARG, "bufs is NULL");
-    sw_device *dev = NULL;
-    sw__queue *q = NULL;
-    int rc;
-    if (qh != NULL) {
-        rc = sw__queue_enter(qh, &q);
-        if (rc == SW_OK)
-            dev = q->dev;
-    } else if (n > 0) {
-        sw__buf *b0;
-        rc = sw__buffer_enter(bufs[0], &b0, &dev);
-        if (rc != SW_OK)
-            sw__error_append(" (argument 0)");
-    } else {
+    sw_device *dev;
+    sw__queue *q;
+    int rc = enter(qh, bufs, n, &q, &dev);
+    if (rc != SW_OK || dev == NULL)
+        return rc;
+    if (sw__warm_end_locked(dev, q, bufs, n)) {
+        sw__unlock(dev);
         return SW_OK;
     }
-    if (rc != SW_OK)
-        return rc;
-    uint64_t bit = q != NULL ? UINT64_C(1) << q->id : 0;
-    last_begin_t *last = sw__last_begin();
-    bool cached = last->dev == dev && last->q == q && last->bufs == bufs &&
-                  last->n == n;
-    last->dev = NULL;
-    if (cached && n > 0) {
-        /* The warm path: the arguments of this thread's begin, unchanged,
-         * each still marked as used by q (a host transfer while pinned
-         * makes the default queue wait for q and clears the mark: then
-         * the general path marks it again, since q's work came after). */
-        bool dead = false;
-        uint64_t clock = dev->clock + 1;
-        size_t i;
-        for (i = 0; i < n; i++) {
-            sw__buf *b = last->b[i];
-            if (bufs[i] != last->h[i] || !sw__handle_matches(&b->h, bufs[i]) ||
-                (b->base->qmask & bit) != bit)
-                break;
-            sw__buf *base = b->base;
-            base->last_use = clock;
-            sw__note_use(dev, base);
-            if (--base->pins == 0)
-                dead |= !sw__slot_live(&base->h);
-        }
-        if (__builtin_expect(i == n, 1)) {
-            /* (A queue's pins: its mark stays set for the stream order of
-             * what it queued, the pin's count goes.) */
-            for (size_t j = 0; q != NULL && j < n; j++)
-                queue_unpin(last->b[j]->base);
-            dev->clock = clock;
-            if (dead) {
-                for (size_t j = 0; j < n; j++)
-                    last->b[j]->base->pins++;
-                sw__unpin_all_locked(dev, last->b, n);
-            }
-            sw__unlock(dev);
-            return SW_OK;
-        }
-        for (size_t j = 0; j < i; j++)
-            last->b[j]->base->pins++;
-    }
+    sw__last_begin()->dev = NULL;
     launch_args a;
     rc = sw__args_decode_locked(dev, bufs, n, &a);
     for (size_t i = 0; rc == SW_OK && i < n; i++) {
@@ -241,7 +200,7 @@ SW_API int sw_launch_end_q(sw_queue *qh, sw_buffer *const *bufs, size_t n)
      * reuses and host transfers must wait for: q's mark on each says so
      * (sw__order_use_locked then makes the default queue wait for q). */
     for (size_t i = 0; q != NULL && i < n; i++) {
-        queue_unpin(a.v[i]->base);
+        sw__queue_unpin(a.v[i]->base);
         sw__queue_mark_used_locked(q, a.v[i]->base);
     }
     sw__unpin_all_locked(dev, a.v, n);
@@ -344,33 +303,7 @@ int sw__launch_end_q_try(sw_queue *qh, sw_buffer *const *bufs, size_t n)
     sw_device *dev = try_enter(qh, bufs[0], &q);
     if (dev == NULL)
         return SW__AGAIN;
-    uint64_t bit = q != NULL ? UINT64_C(1) << q->id : 0;
-    last_begin_t *last = sw__last_begin();
-    /* sw_launch_end_q's warm path, checked whole before anything changes:
-     * the same arguments, still marked as used by q, and no handle freed
-     * (its last pin ending would release the buffer: the full form's). */
-    bool warm = last->dev == dev && last->q == q && last->bufs == bufs &&
-                last->n == n;
-    for (size_t i = 0; warm && i < n; i++) {
-        sw__buf *b = last->b[i];
-        warm = bufs[i] == last->h[i] && sw__handle_matches(&b->h, bufs[i]) &&
-               (b->base->qmask & bit) == bit && sw__slot_live(&b->base->h);
-    }
-    if (!warm) {
-        sw__unlock(dev);
-        return SW__AGAIN;
-    }
-    last->dev = NULL;
-    uint64_t clock = dev->clock + 1; /* the launch is queued (spill.c) */
-    for (size_t i = 0; i < n; i++) {
-        sw__buf *base = last->b[i]->base;
-        base->last_use = clock;
-        sw__note_use(dev, base);
-        base->pins--;
-        if (q != NULL)
-            queue_unpin(base);
-    }
-    dev->clock = clock;
+    bool done = sw__warm_end_locked(dev, q, bufs, n);
     sw__unlock(dev);
-    return SW_OK;
+    return done ? SW_OK : SW__AGAIN;
 }
