@@ -112,11 +112,26 @@ static void live_unlink_locked(sw_device *dev, sw__buf *b)
     dev->live_count--;
 }
 
+/* Buffer ids: unique in the process, increasing within a thread.  Each
+ * thread takes them in blocks, so that threads allocating at once do not
+ * all write one counter's cache line. */
+#define ID_BLOCK 256u
 static _Atomic uint64_t next_id = 1;
+static _Thread_local uint64_t tl_id, tl_id_end;
+
+static uint64_t new_id(void)
+{
+    if (tl_id == tl_id_end) {
+        tl_id = atomic_fetch_add_explicit(&next_id, ID_BLOCK,
+                                          memory_order_relaxed);
+        tl_id_end = tl_id + ID_BLOCK;
+    }
+    return tl_id++;
+}
 
 void sw__buf_init_base(sw__buf *b, size_t size, const char *tag)
 {
-    b->id = atomic_fetch_add_explicit(&next_id, 1, memory_order_relaxed);
+    b->id = new_id();
     b->base = b;
     b->offset = 0;
     b->size = size;

@@ -76,6 +76,137 @@ static bool pool_grow(sw__pool *p)
     return true;
 }
 
+/* ------------------------------------------------------------------------
+ * Per-thread batches
+ *
+ * Every allocation and free takes a slot and gives one back; with one
+ * lock per pool, threads that allocate at once (a free-threaded Python's)
+ * queued on it.  So each thread moves slots between itself and the pool
+ * in batches: a get batch taken from the free list's head, a put batch
+ * appended to its tail when full.  The pool lock is taken once per BATCH
+ * gets or puts, and the order is kept: a freed slot still goes through
+ * the whole FIFO and its quarantine before anyone reuses it (a thread
+ * never takes back its own put batch).  A thread's batches go back to the
+ * pool when it exits.
+ * ---------------------------------------------------------------------- */
+
+#define BATCH 16u
+#define NPOOLS 8 /* above the largest sw__htype */
+
+typedef struct {
+    sw__pool *pool;
+    sw__slot *get_head; /* in FIFO order, taken from the pool's head */
+    unsigned nget;
+    sw__slot *put_head, *put_tail; /* in the order they were freed */
+    unsigned nput;
+} tcache;
+
+static _Thread_local tcache tl_cache[NPOOLS];
+static pthread_key_t tl_key;
+static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
+static bool tl_key_ok;
+
+/* Under p->lock: a chain of n slots (head .. tail) to the free list's
+ * tail. */
+static void append_locked(sw__pool *p, sw__slot *head, sw__slot *tail,
+                          size_t n)
+{
+    tail->free_next = NULL;
+    if (p->free_tail)
+        p->free_tail->free_next = head;
+    else
+        p->free_head = head;
+    p->free_tail = tail;
+    p->nfree += n;
+}
+
+static void flush_puts(tcache *c)
+{
+    if (c->nput == 0)
+        return;
+    pthread_mutex_lock(&c->pool->lock);
+    append_locked(c->pool, c->put_head, c->put_tail, c->nput);
+    pthread_mutex_unlock(&c->pool->lock);
+    c->put_head = c->put_tail = NULL;
+    c->nput = 0;
+}
+
+/* The thread's get batch back, at the head: they were next anyway. */
+static void flush_gets(tcache *c)
+{
+    if (c->nget == 0)
+        return;
+    sw__slot *tail = c->get_head;
+    while (tail->free_next != NULL)
+        tail = tail->free_next;
+    sw__pool *p = c->pool;
+    pthread_mutex_lock(&p->lock);
+    tail->free_next = p->free_head;
+    if (p->free_head == NULL)
+        p->free_tail = tail;
+    p->free_head = c->get_head;
+    p->nfree += c->nget;
+    pthread_mutex_unlock(&p->lock);
+    c->get_head = NULL;
+    c->nget = 0;
+}
+
+static void tl_exit(void *arg)
+{
+    (void)arg;
+    for (int t = 0; t < NPOOLS; t++) {
+        tcache *c = &tl_cache[t];
+        if (c->pool == NULL)
+            continue;
+        flush_puts(c);
+        flush_gets(c);
+    }
+}
+
+static void tl_init(void)
+{
+    tl_key_ok = pthread_key_create(&tl_key, tl_exit) == 0;
+}
+
+/* This thread's batches for p; NULL where no exit hook could be set (the
+ * slots would be lost with the thread): then the pool is used directly. */
+static tcache *cache_of(sw__pool *p)
+{
+    assert((unsigned)p->type < NPOOLS);
+    tcache *c = &tl_cache[p->type];
+    if (c->pool == p)
+        return c;
+    pthread_once(&tl_once, tl_init);
+    if (!tl_key_ok || pthread_setspecific(tl_key, tl_cache) != 0)
+        return NULL;
+    c->pool = p;
+    return c;
+}
+
+/* Under p->lock: up to want slots from the free list's head, leaving the
+ * quarantine unless nothing else is left (the pool cannot grow). */
+static sw__slot *take_locked(sw__pool *p, unsigned want, unsigned *got)
+{
+    if (p->nfree <= QUARANTINE + want)
+        (void)pool_grow(p); /* without memory: the quarantine, below */
+    size_t n = p->nfree > QUARANTINE + want ? want
+               : p->nfree > QUARANTINE      ? p->nfree - QUARANTINE
+               : p->nfree > 0               ? 1
+                                            : 0;
+    *got = (unsigned)n;
+    if (n == 0)
+        return NULL;
+    sw__slot *head = p->free_head, *s = head;
+    for (size_t i = 1; i < n; i++)
+        s = s->free_next;
+    p->free_head = s->free_next;
+    if (p->free_head == NULL)
+        p->free_tail = NULL;
+    s->free_next = NULL;
+    p->nfree -= n;
+    return head;
+}
+
 void *sw__pool_get(sw__pool *p)
 {
     /* Every handle is a host allocation to the fault injector, whether or
@@ -83,18 +214,25 @@ void *sw__pool_get(sw__pool *p)
      * is reached deterministically. */
     if (sw__host_fault())
         return NULL;
-    pthread_mutex_lock(&p->lock);
-    if (p->nfree <= QUARANTINE && !pool_grow(p) && p->nfree == 0) {
+    tcache *c = cache_of(p);
+    sw__slot *s;
+    if (c != NULL && c->nget > 0) {
+        s = c->get_head;
+        c->get_head = s->free_next;
+        c->nget--;
+    } else {
+        unsigned got;
+        pthread_mutex_lock(&p->lock);
+        s = take_locked(p, c != NULL ? BATCH : 1, &got);
         pthread_mutex_unlock(&p->lock);
-        return NULL;
+        if (s == NULL)
+            return NULL;
+        if (c != NULL) {
+            c->get_head = s->free_next;
+            c->nget = got - 1;
+        }
     }
-    sw__slot *s = p->free_head;
-    p->free_head = s->free_next;
-    if (p->free_head == NULL)
-        p->free_tail = NULL;
-    p->nfree--;
     s->free_next = NULL;
-    pthread_mutex_unlock(&p->lock);
     /* Zero the payload (the header and anything init() set up that the
      * type keeps across reuse come before p->keep). */
     memset((char *)s + p->keep, 0, p->size - p->keep);
@@ -116,15 +254,21 @@ void sw__pool_put(sw__pool *p, void *obj)
 {
     sw__slot *s = obj;
     sw__handle_kill(s);
-    pthread_mutex_lock(&p->lock);
     s->free_next = NULL;
-    if (p->free_tail)
-        p->free_tail->free_next = s;
+    tcache *c = cache_of(p);
+    if (c == NULL) {
+        pthread_mutex_lock(&p->lock);
+        append_locked(p, s, s, 1);
+        pthread_mutex_unlock(&p->lock);
+        return;
+    }
+    if (c->put_tail)
+        c->put_tail->free_next = s;
     else
-        p->free_head = s;
-    p->free_tail = s;
-    p->nfree++;
-    pthread_mutex_unlock(&p->lock);
+        c->put_head = s;
+    c->put_tail = s;
+    if (++c->nput == BATCH)
+        flush_puts(c);
 }
 
 uintptr_t sw__handle_of(const sw__pool *p, const void *obj)

@@ -13,6 +13,10 @@
     X(backend_event_elapsed)                                                  \
     X(backend_wait_chain)                                                     \
     X(thread_backend_copy_queues)                                             \
+    /* test-handle.c */                                                      \
+    X(handle_freed_slot_waits_its_turn)                                       \
+    X(thread_handle_batches_go_back_at_exit)                                  \
+    X(thread_buffer_ids_unique)                                               \
     /* test-disk.c */                                                         \
     X(disk_spills_past_the_host_budget)                                       \
     X(disk_read_takes_a_pool_block)                                           \
