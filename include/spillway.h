@@ -871,6 +871,13 @@ typedef struct sw_trace_event {
     char tag[SW_TAG_MAX + 1];
     uint64_t host_copies; /* total after the event (sw_memory_info's) */
     uint64_t spilled_disk; /* the same */
+    /* When the work itself ran, on the same clock as time_ns: for
+     * SPILL_END and RESTORE_END the copies' start and end on the device's
+     * copy queue (timed by the device, on backends that time copies:
+     * sim, OpenCL, CUDA); for DISK_WRITE and DISK_READ the file I/O's.
+     * 0 when not known: a backend that cannot time copies, copies queued
+     * before the history started, a failed copy, other kinds. */
+    uint64_t dev_begin_ns, dev_end_ns;
 } sw_trace_event;
 
 typedef struct sw_trace_options {

@@ -232,7 +232,7 @@ static PyObject *mod_trace_dump(PyObject *m, PyObject *const *args,
 
 /* _trace_events(device) -> (events, dropped): each event a tuple (seq,
  * time_ns, kind, queue, buffer, size, aux, in_use, cached, spilled,
- * budget, tag, host_copies, spilled_disk). */
+ * budget, tag, host_copies, spilled_disk, dev_begin_ns, dev_end_ns). */
 static PyObject *mod_trace_events(PyObject *m, PyObject *const *args,
                                   Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -270,14 +270,16 @@ static PyObject *mod_trace_events(PyObject *m, PyObject *const *args,
     for (size_t i = 0; list != NULL && i < n; i++) {
         const sw_trace_event *e = &ev[i];
         PyObject *t = Py_BuildValue(
-            "(KKsIKKKKKKKsKK)", (unsigned long long)e->seq,
+            "(KKsIKKKKKKKsKKKK)", (unsigned long long)e->seq,
             (unsigned long long)e->time_ns, sw_trace_kind_name(e->kind),
             e->queue, (unsigned long long)e->buffer,
             (unsigned long long)e->size, (unsigned long long)e->aux,
             (unsigned long long)e->in_use, (unsigned long long)e->cached,
             (unsigned long long)e->spilled, (unsigned long long)e->budget,
             e->tag, (unsigned long long)e->host_copies,
-            (unsigned long long)e->spilled_disk);
+            (unsigned long long)e->spilled_disk,
+            (unsigned long long)e->dev_begin_ns,
+            (unsigned long long)e->dev_end_ns);
         if (t == NULL) {
             Py_CLEAR(list);
             break;

@@ -194,7 +194,7 @@ def memory_history_events(device=None):
     events, dropped = _C._trace_events(_device(device))
     keys = ("seq", "time_ns", "kind", "queue", "buffer", "size", "aux",
             "in_use", "cached", "spilled", "budget", "tag", "host_copies",
-            "spilled_disk")
+            "spilled_disk", "dev_begin_ns", "dev_end_ns")
     return [dict(zip(keys, e)) for e in events], dropped
 
 

@@ -21,18 +21,28 @@ __all__ = ["plot_memory_history", "load_history", "main"]
 MIB = 1024.0 * 1024.0
 
 
-def load_history(path):
+def load_history(path, device_time=True):
     """The timeline of a dump, normalized: a dict with ``device``, ``t``
     (seconds), ``in_use``, ``cached``, ``spilled``, ``budget``,
     ``host_copies``, ``spilled_disk`` (lists of the same length), ``spills`` and ``restores`` ([(t, bytes, tag)]),
     ``ooms`` ([(t, requested, tag)]), ``allocs`` ([(t, bytes, tag,
     site)]), ``moves`` ([(t, buffer, what, bytes, tag)], what one of
     "alloc", "spill", "restore", "dirty", "disk", "undisk", "free": each
-    buffer's changes of place, for the lanes) and ``dropped``."""
+    buffer's changes of place, for the lanes), ``timed`` ([(t, begin,
+    end, what, buffer, bytes, tag)]: when a move's work ran, as the
+    device timed its copies and the host its file I/O; t is the move's
+    own time) and ``dropped``.
+
+    Where copies are timed, the picture is on device time: each timed
+    move happens when its copy (or I/O) ended, with the copy itself shown
+    in the lanes, and a spill's or restore's bytes count on the device
+    until its copy ended (the accounting moves them when it is queued).
+    ``device_time=False`` keeps the host's timeline."""
     with open(path) as f:
         doc = json.load(f)
     h = dict(device="?", t=[], in_use=[], cached=[], spilled=[], budget=[],
-             host_copies=[], spilled_disk=[], moves=[], spills=[], restores=[], ooms=[], allocs=[], dropped=0)
+             host_copies=[], spilled_disk=[], moves=[], spills=[],
+             restores=[], ooms=[], allocs=[], timed=[], dropped=0)
     if "traceEvents" in doc:
         _from_chrome(doc, h)
     elif doc.get("format") == "spillway-snapshot":
@@ -40,6 +50,8 @@ def load_history(path):
     else:
         raise ValueError("%s is not a spillway memory history (neither a "
                          "Chrome trace nor a snapshot)" % path)
+    if device_time:
+        _retime(h)
     return h
 
 
@@ -76,6 +88,12 @@ def _from_chrome(doc, h):
         if name in _MOVES and name not in ("spill", "restore"):
             h["moves"].append((t, args.get("buffer"), _MOVES[name],
                                args.get("bytes", 0), args.get("tag")))
+        if name in _TIMED and ph == "X" and "event_ts" in args:
+            begin = t
+            h["timed"].append((args["event_ts"] / 1e6, begin,
+                               begin + ev.get("dur", 0) / 1e6, _TIMED[name],
+                               args.get("buffer"), args.get("bytes", 0),
+                               args.get("tag")))
 
 
 # Events that change where a buffer is, by their names in the history.
@@ -84,18 +102,35 @@ _MOVES = {"alloc": "alloc", "free": "free", "host_copy_drop": "dirty",
           "disk_write": "disk", "disk_read": "undisk"}
 
 
+# The device-time slices of the Chrome format: the move each one times.
+_TIMED = {"spill (device)": "spill", "restore (device)": "restore",
+          "disk write (I/O)": "disk", "disk read (I/O)": "undisk"}
+
+
 def _from_snapshot(doc, h):
     h["device"] = doc.get("device", "?")
     hist = doc.get("history", {})
     h["dropped"] = hist.get("dropped", 0)
     events = hist.get("events", [])
     t0 = events[0]["time_ns"] if events else 0
+    queued = {}  # (what, buffer): when its copy was queued
     for ev in events:
         t = (ev["time_ns"] - t0) / 1e9
+        kind = ev["kind"]
+        if kind in ("spill_begin", "restore_begin"):
+            queued[(kind[:-6], ev["buffer"])] = t
+        if ev.get("dev_end_ns"):
+            what = {"spill_end": "spill", "restore_end": "restore",
+                    "disk_write": "disk", "disk_read": "undisk"}.get(kind)
+            at = queued.pop((what, ev["buffer"]), None) \
+                if what in ("spill", "restore") else t
+            if what is not None and at is not None:
+                h["timed"].append((at, (ev["dev_begin_ns"] - t0) / 1e9,
+                                   (ev["dev_end_ns"] - t0) / 1e9, what,
+                                   ev["buffer"], ev["size"], ev["tag"]))
         _append(h, t, ev["in_use"], ev["cached"], ev["spilled"],
                 ev["budget"], ev.get("host_copies", 0),
                 ev.get("spilled_disk", 0))
-        kind = ev["kind"]
         if kind in _MOVES:
             h["moves"].append((t, ev["buffer"], _MOVES[kind], ev["size"],
                                ev["tag"]))
@@ -122,11 +157,77 @@ def _append(h, t, in_use, cached, spilled, budget, host_copies,
     h["budget"].append(budget)
 
 
+def _retime(h):
+    """Put a loaded history on device time (``load_history``): each timed
+    move at the end of its copy, with a "copy" move at its start for the
+    lanes; the spill and restore marks at their copies' ends; and a
+    spill's or restore's bytes on the device until its copy ended."""
+    if not h["timed"]:
+        return
+    when = {}
+    for at, begin, end, what, buf, size, tag in h["timed"]:
+        # (A copy may run before its begin event's time: the event is
+        # recorded once the whole batch is queued.)
+        when.setdefault((buf, what, at), []).append((min(begin, end), end))
+    moves = []
+    for t, buf, what, size, tag in h["moves"]:
+        got = when.get((buf, what, t))
+        if got:
+            begin, end = got.pop(0)
+            moves.append((begin, buf, "copy", size, tag))
+            moves.append((end, buf, what, size, tag))
+        else:
+            moves.append((t, buf, what, size, tag))
+    moves.sort(key=lambda m: m[0])
+    h["moves"] = moves
+    ends = {}
+    for at, begin, end, what, buf, size, tag in h["timed"]:
+        ends.setdefault((what, tag, size), []).append(end)
+    for key in ("spills", "restores"):
+        what = key[:-1]
+        marks = []
+        for t, size, tag in h[key]:
+            e = ends.get((what, tag, size))
+            marks.append((e.pop(0) if e else t, size, tag))
+        h[key] = sorted(marks, key=lambda m: m[0])
+    # The tiers: a copy's bytes leave the device (a spill) or reach it (a
+    # restore) when the copy ends, not when it was queued.
+    fix = []
+    for at, begin, end, what, buf, size, tag in h["timed"]:
+        if what in ("spill", "restore") and end > at:
+            sign = 1 if what == "spill" else -1
+            fix.append((at, sign * size))
+            fix.append((end, -sign * size))
+    if not fix or not h["t"]:
+        return
+    fix.sort(key=lambda f: f[0])
+    t_old = h["t"]
+    times = sorted(set(t_old) | {f[0] for f in fix})
+    keys = ("in_use", "cached", "spilled", "budget", "host_copies",
+            "spilled_disk")
+    out = {k: [] for k in keys}
+    i, j, moved = 0, 0, 0
+    for t in times:
+        while i + 1 < len(t_old) and t_old[i + 1] <= t:
+            i += 1
+        while j < len(fix) and fix[j][0] <= t:
+            moved += fix[j][1]
+            j += 1
+        for k in keys:
+            out[k].append(h[k][i])
+        out["in_use"][-1] = max(0, out["in_use"][-1] + moved)
+        out["spilled"][-1] = max(out["spilled_disk"][-1],
+                                 out["spilled"][-1] - moved)
+    h["t"] = times
+    h.update(out)
+
+
 # Lane colours: where a buffer is.
 _PLACES = {"resident": ("#4878d0", "on the device"),
            "clean": ("#8c7ae6", "on the device, clean host copy"),
            "spilled": ("#ee854a", "spilled (host)"),
-           "disk": ("#8c564b", "spilled (disk)")}
+           "disk": ("#8c564b", "spilled (disk)"),
+           "copy": ("#222222", "being copied (device time) or written")}
 
 
 def buffer_lanes(h, lanes=8):
@@ -160,13 +261,16 @@ def buffer_lanes(h, lanes=8):
         place = {"spill": "resident", "restore": "spilled",
                  "dirty": "clean", "free": "resident", "disk": "spilled",
                  "undisk": "disk"}.get(what0)
+        if what0 == "copy" and len(ms) > 1:
+            place = {"spill": "resident", "restore": "spilled",
+                     "disk": "spilled", "undisk": "disk"}.get(ms[1][1])
         start = t0
         segs = []
         for when, what, _, _ in ms:
             nxt = {"alloc": "resident", "spill": "spilled",
                    "restore": "clean", "dirty": "resident",
                    "disk": "disk", "undisk": "spilled",
-                   "free": None}[what]
+                   "copy": "copy", "free": None}[what]
             if place is not None and when > start:
                 segs.append((start, when, place))
             place, start = nxt, when
@@ -177,12 +281,15 @@ def buffer_lanes(h, lanes=8):
     return out
 
 
-def plot_memory_history(trace, out=None, title=None, holders=5, lanes=8):
+def plot_memory_history(trace, out=None, title=None, holders=5, lanes=8,
+                        device_time=True):
     """Draw the memory history in ``trace`` (a path) to ``out`` (a PNG path,
     default: the trace's path with .png): the device's totals over time,
     and below them the ``lanes`` largest buffers, each showing when it was
-    on the device (with or without a clean host copy) and when spilled.
-    Returns ``out``."""
+    on the device (with or without a clean host copy), being copied,
+    spilled to host memory or on disk.  Where the backend timed the
+    copies, on device time (``load_history``); ``device_time=False``
+    draws the host's timeline.  Returns ``out``."""
     try:
         import matplotlib
     except ImportError as e:
@@ -191,10 +298,12 @@ def plot_memory_history(trace, out=None, title=None, holders=5, lanes=8):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    h = load_history(trace)
+    h = load_history(trace, device_time=device_time)
     if out is None:
         out = os.path.splitext(os.fspath(trace))[0] + ".png"
     rows = buffer_lanes(h, lanes) if lanes > 0 else []
+    xlabel = "seconds" + (" (copies and disk I/O when they ran)"
+                          if device_time and h["timed"] else "")
     if rows:
         fig, (ax, lx) = plt.subplots(
             2, 1, sharex=True, figsize=(11, 5.5 + 0.3 * len(rows)), dpi=100,
@@ -208,8 +317,8 @@ def plot_memory_history(trace, out=None, title=None, holders=5, lanes=8):
         # in host memory), the disk (those in the spill file).
         ax.stackplot(t, [v / MIB for v in h["in_use"]],
                      [v / MIB for v in h["cached"]],
-                     [(s - d) / MIB for s, d in zip(h["spilled"],
-                                                    h["spilled_disk"])],
+                     [max(0, s - d) / MIB for s, d in zip(h["spilled"],
+                                                           h["spilled_disk"])],
                      [v / MIB for v in h["spilled_disk"]],
                      labels=["in use", "cached", "spilled (host)",
                              "spilled (disk)"],
@@ -267,7 +376,7 @@ def plot_memory_history(trace, out=None, title=None, holders=5, lanes=8):
         lx.set_yticks(range(len(rows)))
         lx.set_yticklabels([r[0] for r in rows], fontsize=7)
         lx.invert_yaxis()
-        lx.set_xlabel("seconds")
+        lx.set_xlabel(xlabel)
         lx.grid(True, axis="x", alpha=0.3)
         from matplotlib.patches import Patch
         lx.legend(handles=[Patch(color=c, label=n)
@@ -275,7 +384,7 @@ def plot_memory_history(trace, out=None, title=None, holders=5, lanes=8):
                   loc="lower right", bbox_to_anchor=(1.0, 1.0),
                   fontsize=7, ncol=3, frameon=False)
     else:
-        ax.set_xlabel("seconds")
+        ax.set_xlabel(xlabel)
     ax.set_ylabel("MiB")
     name = title or "spillway memory history: %s" % h["device"]
     if h["dropped"]:
@@ -312,10 +421,14 @@ def main(argv=None):
     p.add_argument("--lanes", type=int, default=8,
                    help="how many of the largest buffers to draw as lanes "
                    "(where each was, over time); 0 for none")
+    p.add_argument("--host-time", action="store_true",
+                   help="draw when the host queued each copy, not when the "
+                   "device ran it")
     args = p.parse_args(argv)
     try:
         out = plot_memory_history(args.trace, args.output, args.title,
-                                  args.holders, args.lanes)
+                                  args.holders, args.lanes,
+                                  device_time=not args.host_time)
     except (OSError, ValueError, KeyError) as e:
         print("spillway plot: %s" % e, file=sys.stderr)
         return 1

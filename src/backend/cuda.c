@@ -1916,6 +1916,23 @@ static int cuda_event_record(sw__bqueue *q, sw__bevent **out)
     sw__bevent *e = NULL;
     rc = cuda__event_new(d, 1, &e);
     if (rc == SW_OK) {
+        /* On the copy stream, timed too (best effort: untimed, the core
+         * times the copies on the host).  The timing event goes first: an
+         * event seen complete (ev, queried) then implies that its timing
+         * event is, on an in-order stream.  Recorded after ev, it could
+         * still be pending when ev was seen done, and its elapsed time
+         * came back CUDA_ERROR_NOT_READY (the memory history's device
+         * times of such a copy were lost). */
+        e->timed = 0;
+        if (q == &d->cq && CU(cuEventElapsedTime_v2) != NULL &&
+            e->tev == NULL) {
+            swcu_event t = NULL;
+            if (CU(cuEventCreate)(&t, 0) == SWCU_CUDA_SUCCESS)
+                e->tev = t;
+        }
+        if (q == &d->cq && e->tev != NULL)
+            e->timed = CU(cuEventRecord)(e->tev, q->stream) ==
+                       SWCU_CUDA_SUCCESS;
         swcu_result r = CU(cuEventRecord)(e->ev, q->stream);
         if (r == SWCU_CUDA_SUCCESS)
             r = CU(cuEventRecord)(e->hev, q->stream);
@@ -1923,17 +1940,6 @@ static int cuda_event_record(sw__bqueue *q, sw__bevent **out)
             cuda__event_put(e);
             rc = cuda__fail(d->index, r, "cuEventRecord", NULL);
         } else {
-            /* On the copy stream, timed too (best effort: untimed, the
-             * core times the copies on the host). */
-            if (q == &d->cq && CU(cuEventElapsedTime_v2) != NULL &&
-                e->tev == NULL) {
-                swcu_event t = NULL;
-                if (CU(cuEventCreate)(&t, 0) == SWCU_CUDA_SUCCESS)
-                    e->tev = t;
-            }
-            if (q == &d->cq && e->tev != NULL)
-                e->timed = CU(cuEventRecord)(e->tev, q->stream) ==
-                           SWCU_CUDA_SUCCESS;
             *out = e;
         }
     }

@@ -158,9 +158,10 @@ static int disk_write_locked(sw_device *dev, sw__buf **v, size_t k)
             run[nrun++] = d[i];
     dev->waiting++;
     sw__unlock(dev);
-    double t0 = now_seconds();
+    uint64_t ns0 = sw__now_ns();
     sw__dio_run(run, nrun);
-    double dt = now_seconds() - t0;
+    uint64_t ns1 = sw__now_ns();
+    double dt = (double)(ns1 - ns0) * 1e-9;
     sw__lock(dev);
     dev->waiting--;
     for (size_t i = 0, r = 0; i < nd; i++)
@@ -198,7 +199,9 @@ static int disk_write_locked(sw_device *dev, sw__buf **v, size_t k)
         dev->disk_write_seconds += nrun > 0 ? dt * (double)b->size /
                                                   batch_bytes(run, nrun)
                                             : 0.0;
-        SW__TRACE(dev, SW_TRACE_DISK_WRITE, b, b->alloc_size, 0, 0);
+        if (dev->tracing) /* the batch's I/O, together */
+            sw__trace_emit_timed(dev, SW_TRACE_DISK_WRITE, b, b->alloc_size,
+                                 0, ns0, ns1);
     }
     pthread_cond_broadcast(&dev->moved);
     for (size_t i = 0; i < k; i++)
@@ -339,9 +342,10 @@ int sw__disk_read_locked(sw_device *dev, sw__buf *b)
     size_t n = b->size;
     dev->waiting++;
     sw__unlock(dev);
-    double t0 = now_seconds();
+    uint64_t ns0 = sw__now_ns();
     int err = fault ? EIO : disk_io(false, fd, p, n, off);
-    double dt = now_seconds() - t0;
+    uint64_t ns1 = sw__now_ns();
+    double dt = (double)(ns1 - ns0) * 1e-9;
     sw__lock(dev);
     dev->waiting--;
     if (err != 0) {
@@ -360,7 +364,9 @@ int sw__disk_read_locked(sw_device *dev, sw__buf *b)
     dev->spilled_disk -= b->alloc_size;
     dev->disk_read_bytes += n;
     dev->disk_read_seconds += dt;
-    SW__TRACE(dev, SW_TRACE_DISK_READ, b, b->alloc_size, 0, 0);
+    if (dev->tracing)
+        sw__trace_emit_timed(dev, SW_TRACE_DISK_READ, b, b->alloc_size, 0,
+                             ns0, ns1);
     return SW_OK;
 }
 

@@ -265,8 +265,18 @@ typedef struct sw__xfer {
      * device's, from start to ev.  NULL otherwise. */
     sw__bevent *start;
     uint32_t epoch; /* dev->counters_epoch when queued */
+    uint32_t anchor_gen; /* the history's anchor when queued (0: none) */
     struct sw__xfer *onext; /* in dev->xfer_orphans */
+    /* Buffers taken off it by a later copy (superseded) while the history
+     * was on: their END events wait for these copies to be seen done. */
+    struct sw__xfer_end *ends;
 } sw__xfer;
+
+typedef struct sw__xfer_end {
+    uint64_t id, size;
+    char tag[SW_TAG_MAX + 1];
+    struct sw__xfer_end *next;
+} sw__xfer_end;
 
 /* The host staging pool (hostpool.c): idle host blocks for host copies. */
 typedef struct sw__hblock {
@@ -349,6 +359,14 @@ typedef struct sw__trace {
     void *user;
     char *oom[SW__TRACE_OOM_KEPT]; /* reports of the last OOM events */
     uint64_t oom_next;
+    /* Device time: an event recorded on the copy queue while it was idle,
+     * so that it ran at anchor_ns on the host's clock; a copy's device
+     * times are anchor_ns plus event_elapsed from it.  Recorded at the
+     * first chance after sw_trace_start (sw__trace_anchor_locked); each
+     * anchor has a generation, and xfers made under it keep it. */
+    sw__bevent *anchor;
+    uint64_t anchor_ns;
+    uint32_t anchor_gen;
 } sw__trace;
 
 struct sw_device {
@@ -858,6 +876,19 @@ void sw__b_host_free(sw_device *dev, void *p, size_t size);
 
 void sw__trace_emit(sw_device *dev, sw_trace_kind kind, const sw__buf *b,
                     uint64_t size, uint32_t queue, uint64_t aux);
+/* An event with the interval its work ran in (dev_begin_ns, dev_end_ns). */
+void sw__trace_emit_timed(sw_device *dev, sw_trace_kind kind,
+                          const sw__buf *b, uint64_t size, uint64_t aux,
+                          uint64_t begin_ns, uint64_t end_ns);
+/* While tracing, record the anchor of device time on q (the copy queue)
+ * if there is none yet and q is idle now. */
+void sw__trace_anchor_locked(sw_device *dev, sw__bqueue *q);
+/* The device times of x's copies, when the anchor they were queued under
+ * still stands and the backend can say; else both 0. */
+void sw__trace_xfer_times_locked(sw_device *dev, const sw__xfer *x,
+                                 uint64_t *begin_ns, uint64_t *end_ns);
+/* CLOCK_MONOTONIC in nanoseconds (the history's clock). */
+uint64_t sw__now_ns(void);
 /* An OOM event, keeping its report (the thread's message). */
 void sw__trace_oom(sw_device *dev, uint64_t size, const char *tag,
                    const char *report);

@@ -107,6 +107,11 @@ static sw__xfer *xfer_record_locked(sw_device *dev, int kind, double t0,
     x->t0 = t0;
     x->epoch = dev->counters_epoch;
     x->start = start;
+    /* Timed from the history's anchor, if one was recorded before start
+     * on this queue. */
+    x->anchor_gen = start != NULL && dev->trace.anchor != NULL
+                        ? dev->trace.anchor_gen
+                        : 0;
     return x;
 }
 
@@ -124,10 +129,39 @@ static void xfer_attach_locked(sw_device *dev, sw__buf *base, sw__xfer *x)
     dev->xfers = base;
 }
 
+/* The END events of buffers superseded off x (see xfer_supersede_locked),
+ * now that x is seen done; dropped when it is not (an error path, or the
+ * device closing) or the history is off. */
+static void xfer_ends_locked(sw_device *dev, sw__xfer *x)
+{
+    uint64_t d0 = 0, d1 = 0;
+    bool emit = dev->tracing && x->done;
+    if (emit)
+        sw__trace_xfer_times_locked(dev, x, &d0, &d1);
+    while (x->ends != NULL) {
+        sw__xfer_end *e = x->ends;
+        x->ends = e->next;
+        if (emit) {
+            sw__buf fake;
+            memset(&fake, 0, sizeof fake);
+            fake.base = &fake;
+            fake.id = e->id;
+            memcpy(fake.tag, e->tag, sizeof fake.tag);
+            sw__trace_emit_timed(dev, x->kind == SW__XFER_SPILL
+                                          ? SW_TRACE_SPILL_END
+                                          : SW_TRACE_RESTORE_END,
+                                 &fake, e->size, x->rc != SW_OK, d0, d1);
+        }
+        sw__free(e);
+    }
+}
+
 static void xfer_unref_locked(sw_device *dev, sw__xfer *x)
 {
     if (--x->refs > 0)
         return;
+    if (x->ends != NULL)
+        xfer_ends_locked(dev, x);
     if (x->ev != NULL)
         sw__b_event_release(dev->ops, x->ev);
     if (x->start != NULL)
@@ -197,6 +231,9 @@ static void xfer_finish_locked(sw_device *dev, sw__buf *base)
 {
     sw__xfer *x = xfer_detach_locked(dev, base);
     int kind = x->kind, rc = x->rc;
+    uint64_t d0 = 0, d1 = 0;
+    if (dev->tracing)
+        sw__trace_xfer_times_locked(dev, x, &d0, &d1);
     xfer_unref_locked(dev, x);
     if (rc != SW_OK && kind == SW__XFER_SPILL && base->state == SW_SPILLED)
         base->lost = true; /* the copy failed on the device: see above */
@@ -209,9 +246,11 @@ static void xfer_finish_locked(sw_device *dev, sw__buf *base)
                             base->host_pinned);
         base->host = NULL;
     }
-    SW__TRACE(dev, kind == SW__XFER_SPILL ? SW_TRACE_SPILL_END
-                                          : SW_TRACE_RESTORE_END,
-              base, base->alloc_size, 0, rc != SW_OK);
+    if (dev->tracing)
+        sw__trace_emit_timed(dev, kind == SW__XFER_SPILL
+                                      ? SW_TRACE_SPILL_END
+                                      : SW_TRACE_RESTORE_END,
+                             base, base->alloc_size, rc != SW_OK, d0, d1);
     if (base->released) /* freed while its copy ran */
         sw__buf_slot_free_locked(dev, base);
 }
@@ -229,6 +268,16 @@ static void xfer_finish_locked(sw_device *dev, sw__buf *base)
 static void xfer_supersede_locked(sw_device *dev, sw__buf *base)
 {
     sw__xfer *x = xfer_detach_locked(dev, base);
+    /* Its copy still ends in the history: when x is seen done.  (Without
+     * host memory for the note, the END is left out, as before.) */
+    sw__xfer_end *e = dev->tracing ? sw__malloc(sizeof *e) : NULL;
+    if (e != NULL) {
+        e->id = base->id;
+        e->size = base->alloc_size;
+        memcpy(e->tag, base->tag, sizeof e->tag);
+        e->next = x->ends;
+        x->ends = e;
+    }
     if (x->refs == 1 && x->start != NULL && !xfer_done_locked(dev, x)) {
         x->onext = dev->xfer_orphans;
         dev->xfer_orphans = x;
@@ -468,6 +517,8 @@ static int spill_batch_locked(sw_device *dev, uint64_t need,
     double t0 = now_seconds();
     sw__bqueue *cq = copy_queue(dev);
     sw__bevent *start = NULL; /* before the first copy, after the wait */
+    if (dev->tracing) /* before anything is queued: cq may be idle */
+        sw__trace_anchor_locked(dev, cq);
 
     /* Choose victims, least recently used first, and queue their copies
      * out behind the work that may use them. */
@@ -720,6 +771,8 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
     }
     double t0 = now_seconds();
     sw__bqueue *cq = copy_queue(dev);
+    if (dev->tracing)
+        sw__trace_anchor_locked(dev, cq);
     /* The new memory's earlier users are ordered on the default queue (the
      * cache's rule): the copy in waits for them there. */
     if (rc == SW_OK && dev->copyq != NULL &&

@@ -51,19 +51,22 @@ SW_API const char *sw_trace_kind_name(sw_trace_kind kind)
     return (unsigned)kind < SW_TRACE_KIND_COUNT ? kind_names[kind] : NULL;
 }
 
-static uint64_t now_ns(void)
+uint64_t sw__now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+#define now_ns sw__now_ns
+
 /* ------------------------------------------------------------------------
  * Recording
  * ---------------------------------------------------------------------- */
 
-void sw__trace_emit(sw_device *dev, sw_trace_kind kind, const sw__buf *b,
-                    uint64_t size, uint32_t queue, uint64_t aux)
+static void emit(sw_device *dev, sw_trace_kind kind, const sw__buf *b,
+                 uint64_t size, uint32_t queue, uint64_t aux,
+                 uint64_t begin_ns, uint64_t end_ns)
 {
     sw__assert_locked(dev);
     sw__trace *t = &dev->trace;
@@ -85,11 +88,93 @@ void sw__trace_emit(sw_device *dev, sw_trace_kind kind, const sw__buf *b,
         ev.tag[0] = '\0';
     ev.host_copies = dev->host_copies;
     ev.spilled_disk = dev->spilled_disk;
+    ev.dev_begin_ns = begin_ns;
+    ev.dev_end_ns = end_ns;
     t->recorded++;
     if (t->cap > 0)
         t->ring[ev.seq % t->cap] = ev;
     if (t->fn != NULL)
         t->fn(&ev, t->user);
+}
+
+void sw__trace_emit(sw_device *dev, sw_trace_kind kind, const sw__buf *b,
+                    uint64_t size, uint32_t queue, uint64_t aux)
+{
+    emit(dev, kind, b, size, queue, aux, 0, 0);
+}
+
+void sw__trace_emit_timed(sw_device *dev, sw_trace_kind kind,
+                          const sw__buf *b, uint64_t size, uint64_t aux,
+                          uint64_t begin_ns, uint64_t end_ns)
+{
+    emit(dev, kind, b, size, 0, aux, begin_ns, end_ns);
+}
+
+/* ------------------------------------------------------------------------
+ * Device time
+ *
+ * Backends time copies between two events of one queue (event_elapsed),
+ * in the device's own clock.  To put a copy on the host's clock, the
+ * history records one event of its own on the copy queue while that queue
+ * is idle: it runs at once, so its device time is the host time of its
+ * recording, to within the latency of an idle queue.  A copy's start and
+ * end are that time plus the device's elapsed time from it.  The anchor is
+ * taken at sw_trace_start, or, when the copy queue is busy then, before
+ * the first copy queued once it is idle; copies queued before it have no
+ * device times.
+ * ---------------------------------------------------------------------- */
+
+static void anchor_release_locked(sw_device *dev)
+{
+    sw__trace *t = &dev->trace;
+    if (t->anchor != NULL)
+        sw__b_event_release(dev->ops, t->anchor);
+    t->anchor = NULL;
+    t->anchor_ns = 0;
+}
+
+void sw__trace_anchor_locked(sw_device *dev, sw__bqueue *q)
+{
+    sw__assert_locked(dev);
+    sw__trace *t = &dev->trace;
+    if (!dev->tracing || t->anchor != NULL || q == NULL ||
+        dev->ops->version < 4 || dev->ops->event_elapsed == NULL ||
+        !sw__b_queue_idle(dev, q))
+        return;
+    sw__bevent *ev = NULL;
+    /* Not sw__b_event_record_q: no fault is injected into the history's
+     * own bookkeeping, and failing here changes nothing. */
+    uint64_t at = now_ns();
+    if (dev->ops->event_record(q, &ev) != SW_OK || ev == NULL)
+        return;
+    t->anchor = ev;
+    t->anchor_ns = at;
+    if (++t->anchor_gen == 0)
+        t->anchor_gen = 1;
+}
+
+void sw__trace_xfer_times_locked(sw_device *dev, const sw__xfer *x,
+                                 uint64_t *begin_ns, uint64_t *end_ns)
+{
+    sw__assert_locked(dev);
+    *begin_ns = *end_ns = 0;
+    const sw__trace *t = &dev->trace;
+    if (x->anchor_gen == 0 || x->anchor_gen != t->anchor_gen ||
+        t->anchor == NULL || x->start == NULL || !x->done || x->rc != SW_OK)
+        return;
+    double s0, s1;
+    if (sw__b_event_elapsed(dev->ops, t->anchor, x->start, &s0) != SW_OK ||
+        sw__b_event_elapsed(dev->ops, t->anchor, x->ev, &s1) != SW_OK ||
+        !(s0 >= 0) || !(s1 >= s0))
+        return;
+    /* The anchor ran a little after the host recorded it (an idle queue
+     * still takes a moment to start: microseconds on sim and PoCL), so
+     * these times are early by as much.  Not corrected: any correction
+     * found later (a copy that seems to start before it was queued) would
+     * shift later copies against earlier ones, and their order on the
+     * copy queue is what the picture must keep. */
+    *begin_ns = t->anchor_ns + (uint64_t)(s0 * 1e9 + 0.5);
+    *end_ns = t->anchor_ns + (uint64_t)(s1 * 1e9 + 0.5);
 }
 
 void sw__trace_oom(sw_device *dev, uint64_t size, const char *tag,
@@ -113,8 +198,10 @@ void sw__trace_oom(sw_device *dev, uint64_t size, const char *tag,
     sw__trace_emit(dev, SW_TRACE_OOM, &fake, size, 0, slot);
 }
 
-static void trace_clear_locked(sw__trace *t)
+static void trace_clear_locked(sw_device *dev)
 {
+    sw__trace *t = &dev->trace;
+    anchor_release_locked(dev);
     sw__free(t->ring);
     t->ring = NULL;
     t->cap = 0;
@@ -132,7 +219,7 @@ void sw__trace_close_locked(sw_device *dev)
     dev->trace.fn = NULL;
     dev->trace.user = NULL;
     dev->trace.started = false;
-    trace_clear_locked(&dev->trace);
+    trace_clear_locked(dev);
 }
 
 SW_API int sw_trace_start(sw_device *dev, const sw_trace_options *opts)
@@ -151,12 +238,13 @@ SW_API int sw_trace_start(sw_device *dev, const sw_trace_options *opts)
         return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a memory "
                           "history of %zu events", cap);
     }
-    trace_clear_locked(&dev->trace);
+    trace_clear_locked(dev);
     dev->trace.ring = ring;
     dev->trace.cap = cap;
     dev->trace.started = true;
     dev->tracing = true;
     sw__trace_emit(dev, SW_TRACE_START, NULL, 0, 0, 0);
+    sw__trace_anchor_locked(dev, dev->copyq != NULL ? dev->copyq : dev->q);
     sw__unlock(dev);
     return SW_OK;
 }
@@ -169,6 +257,11 @@ SW_API int sw_trace_stop(sw_device *dev)
     if (!dev->trace.started)
         rc = sw__errorf(SW_ERR_INVALID_ARG, "%s: the memory history was "
                         "not started (sw_trace_start)", dev->name);
+    /* Copies already done end in the history (with their device times),
+     * not after it: they are otherwise noticed at the next call that
+     * looks.  Querying, never waiting. */
+    if (dev->tracing && (dev->xfers != NULL || dev->xfer_orphans != NULL))
+        sw__xfer_poll_locked(dev);
     dev->tracing = false;
     sw__unlock(dev);
     return rc;
@@ -342,8 +435,23 @@ static double us(uint64_t ns, uint64_t t0)
     return (double)(ns - t0) / 1000.0;
 }
 
-/* The track (tid) of an event: its queue, or one of its own. */
-enum { TID_MEMORY = 100000, TID_PRESSURE = 100001 };
+/* Microseconds from t0, for a time that may come before it (a copy that
+ * ran before the first kept event). */
+static double us_signed(uint64_t ns, uint64_t t0)
+{
+    return ns >= t0 ? (double)(ns - t0) / 1000.0
+                    : -(double)(t0 - ns) / 1000.0;
+}
+
+/* The track (tid) of an event: its queue, or one of its own.  The copy
+ * engine's and the disk's tracks are on the device's time (dev_begin_ns,
+ * dev_end_ns): when the copies and the file I/O ran. */
+enum {
+    TID_MEMORY = 100000,
+    TID_PRESSURE = 100001,
+    TID_COPY = 100002,
+    TID_DISK = 100003
+};
 
 static void chrome_meta(FILE *f, const dump_copy *c)
 {
@@ -357,8 +465,12 @@ static void chrome_meta(FILE *f, const dump_copy *c)
                "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,"
                "\"tid\":%d,\"args\":{\"name\":\"allocations\"}},\n"
                "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,"
-               "\"tid\":%d,\"args\":{\"name\":\"memory pressure\"}}",
-            TID_MEMORY, TID_PRESSURE);
+               "\"tid\":%d,\"args\":{\"name\":\"memory pressure\"}},\n"
+               "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,"
+               "\"tid\":%d,\"args\":{\"name\":\"copies (device time)\"}},\n"
+               "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,"
+               "\"tid\":%d,\"args\":{\"name\":\"spill file I/O\"}}",
+            TID_MEMORY, TID_PRESSURE, TID_COPY, TID_DISK);
     /* Other queues that appear. */
     uint64_t seen[64] = {0};
     for (size_t i = 0; i < c->n; i++) {
@@ -384,6 +496,25 @@ static size_t slice_end(const dump_copy *c, size_t i)
             return j;
     }
     return SIZE_MAX;
+}
+
+/* A slice on the device's time: from e's dev_begin_ns to dev_end_ns on
+ * track tid, with the buffer, its bytes and tag, and event_ts: the ts of
+ * the history's event it times (a spill's or restore's slice, which
+ * begins when its copy was queued; a disk transfer's own instant). */
+static void chrome_timed(FILE *f, const char *name, int tid,
+                         const sw_trace_event *e, uint64_t t0,
+                         double event_ts)
+{
+    fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"device\",\"ph\":\"X\","
+               "\"ts\":%.3f,\"dur\":%.3f,\"pid\":1,\"tid\":%d,"
+               "\"args\":{\"buffer\":%" PRIu64 ",\"bytes\":%" PRIu64,
+            name, us_signed(e->dev_begin_ns, t0),
+            (double)(e->dev_end_ns - e->dev_begin_ns) / 1000.0, tid,
+            e->buffer, e->size);
+    fprintf(f, ",\"event_ts\":%.3f,\"tag\":", event_ts);
+    json_str(f, e->tag);
+    fputs("}}", f);
 }
 
 static void write_chrome(FILE *f, const dump_copy *c)
@@ -445,6 +576,11 @@ static void write_chrome(FILE *f, const dump_copy *c)
                 fprintf(f, ",\"%s\":%" PRIu64, pressure ? "freed" : "failed",
                         c->ev[j].aux);
             fputs("}}", f);
+            if (j != SIZE_MAX && c->ev[j].dev_end_ns != 0)
+                chrome_timed(f, c->ev[j].kind == SW_TRACE_SPILL_END
+                                    ? "spill (device)"
+                                    : "restore (device)",
+                             TID_COPY, &c->ev[j], t0, ts);
             break;
         }
         case SW_TRACE_SPILL_END:
@@ -479,6 +615,12 @@ static void write_chrome(FILE *f, const dump_copy *c)
                     e->buffer, e->size, e->queue, e->aux);
             json_str(f, e->tag);
             fputs("}}", f);
+            if (e->dev_end_ns != 0 && (e->kind == SW_TRACE_DISK_WRITE ||
+                                       e->kind == SW_TRACE_DISK_READ))
+                chrome_timed(f, e->kind == SW_TRACE_DISK_WRITE
+                                    ? "disk write (I/O)"
+                                    : "disk read (I/O)",
+                             TID_DISK, e, t0, ts);
             break;
         }
     }
@@ -496,10 +638,11 @@ static void write_event_json(FILE *f, const sw_trace_event *e)
                ",\"aux\":%" PRIu64 ",\"in_use\":%" PRIu64
                ",\"cached\":%" PRIu64 ",\"spilled\":%" PRIu64
                ",\"budget\":%" PRIu64 ",\"host_copies\":%" PRIu64
-               ",\"spilled_disk\":%" PRIu64 ",\"tag\":",
+               ",\"spilled_disk\":%" PRIu64 ",\"dev_begin_ns\":%" PRIu64
+               ",\"dev_end_ns\":%" PRIu64 ",\"tag\":",
             e->seq, e->time_ns, kind_names[e->kind], e->queue, e->buffer,
             e->size, e->aux, e->in_use, e->cached, e->spilled, e->budget,
-            e->host_copies, e->spilled_disk);
+            e->host_copies, e->spilled_disk, e->dev_begin_ns, e->dev_end_ns);
     json_str(f, e->tag);
     fputc('}', f);
 }

@@ -6,6 +6,8 @@
 #include "test.h"
 #include "tests.h"
 
+#include "core/internal.h" /* whether the backend times copies */
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -359,6 +361,158 @@ TEST(trace_every_kind_replays)
     ASSERT_OK(sw_buffer_free(c));
     ASSERT_OK(sw_buffer_free(a));
     ASSERT_OK(sw_buffer_free(b));
+}
+
+/* Device time: each completed copy's start and end as the device timed
+ * them, on the history's clock, and each disk transfer's I/O interval.
+ * Their intervals sum to the copy seconds the device reported (the same
+ * elapsed times, from the anchor instead of from each batch's start). */
+static bool times_copies(sw_device *dev)
+{
+    return dev->ops->version >= 4 && dev->ops->event_elapsed != NULL;
+}
+
+/* The last event before i of kind k for the same buffer, or NULL. */
+static const sw_trace_event *begin_of(const sw_trace_event *ev, size_t i,
+                                      uint32_t k)
+{
+    for (size_t j = i; j-- > 0;)
+        if (ev[j].kind == k && ev[j].buffer == ev[i].buffer)
+            return &ev[j];
+    return NULL;
+}
+
+TEST(trace_device_times)
+{
+    test_require_spill();
+    sw_device *dev = test_device();
+    enum { N = 6, SZ = 256 * 1024 };
+    ASSERT_OK(sw_device_synchronize(dev)); /* the copy queue idle */
+    sw_memory_info before = test_info(dev);
+    ASSERT_OK(sw_trace_start(dev, NULL));
+    sw_buffer *b[N];
+    for (int i = 0; i < N; i++) {
+        b[i] = test_alloc(dev, SZ, "timed");
+        test_write_pattern(b[i], 10u + (uint32_t)i);
+    }
+    ASSERT_OK(sw_set_memory_budget(dev, 3 * SZ)); /* spills 3 */
+    for (int i = 0; i < N; i++) {
+        sw_devmem p;
+        ASSERT_OK(sw_buffer_device_ptr(b[i], &p)); /* restores, spills */
+        ASSERT_OK(sw_device_synchronize(dev));
+    }
+    /* The disk tier: spilled copies to the file, and restored from it. */
+    ASSERT_OK(sw_set_host_budget(dev, 1));
+    for (int i = 0; i < N; i++) {
+        sw_devmem p;
+        ASSERT_OK(sw_buffer_device_ptr(b[i], &p));
+        ASSERT_OK(sw_device_synchronize(dev));
+    }
+    ASSERT_OK(sw_set_host_budget(dev, 0));
+    ASSERT_OK(sw_device_synchronize(dev));
+    sw_memory_info after = test_info(dev); /* notices the last copies */
+    ASSERT_OK(sw_trace_stop(dev));
+
+    size_t n = 0;
+    ASSERT_OK(sw_trace_read(dev, NULL, 0, &n, NULL));
+    sw_trace_event *ev = calloc(n, sizeof *ev);
+    ASSERT_NOT_NULL(ev);
+    ASSERT_OK(sw_trace_read(dev, ev, n, &n, NULL));
+    uint64_t t_start = ev[0].time_ns;
+    size_t timed[2] = {0, 0}, untimed = 0, disk[2] = {0, 0};
+    double sum[2] = {0, 0};
+    uint64_t last_end[2] = {0, 0}, last_begin[2] = {0, 0};
+    for (size_t i = 0; i < n; i++) {
+        const sw_trace_event *e = &ev[i];
+        bool copy = e->kind == SW_TRACE_SPILL_END ||
+                    e->kind == SW_TRACE_RESTORE_END;
+        bool io = e->kind == SW_TRACE_DISK_WRITE ||
+                  e->kind == SW_TRACE_DISK_READ;
+        if (!copy && !io) {
+            ASSERT_UEQ(e->dev_begin_ns, 0);
+            ASSERT_UEQ(e->dev_end_ns, 0);
+            continue;
+        }
+        if (e->dev_end_ns == 0) {
+            ASSERT_UEQ(e->dev_begin_ns, 0);
+            untimed++;
+            continue;
+        }
+        ASSERT_UGT(e->dev_begin_ns, 0);
+        ASSERT_ULE(e->dev_begin_ns, e->dev_end_ns);
+        /* Ran before it was recorded as done. */
+        ASSERT_ULE(e->dev_end_ns, e->time_ns);
+        if (io) {
+            /* The host's own clock: after the history began. */
+            ASSERT_UGE(e->dev_begin_ns, t_start);
+            disk[e->kind == SW_TRACE_DISK_READ]++;
+            continue;
+        }
+        ASSERT_UEQ(e->aux, 0);
+        int k = e->kind == SW_TRACE_RESTORE_END;
+        const sw_trace_event *q = begin_of(
+            ev, i, k ? SW_TRACE_RESTORE_BEGIN : SW_TRACE_SPILL_BEGIN);
+        ASSERT_NOT_NULL(q);
+        /* Queued before it ran, to within the anchor's own latency (the
+         * time an idle queue takes to run an event: 20 ms is generous
+         * under the sanitizers). */
+        ASSERT_ULE(q->time_ns, e->dev_begin_ns + 20000000u);
+        timed[k]++;
+        /* One batch's buffers share its interval: counted once. */
+        if (e->dev_begin_ns != last_begin[k] || e->dev_end_ns != last_end[k])
+            sum[k] += (double)(e->dev_end_ns - e->dev_begin_ns) * 1e-9;
+        last_begin[k] = e->dev_begin_ns;
+        last_end[k] = e->dev_end_ns;
+    }
+    if (times_copies(dev)) {
+        ASSERT_UGE(timed[0], 3);
+        ASSERT_UGE(timed[1], 3);
+        ASSERT_EQ(untimed, 0);
+        double spill = after.spill_seconds - before.spill_seconds;
+        double restore = after.restore_seconds - before.restore_seconds;
+        /* Rounded to the nanosecond once per batch. */
+        if (sum[0] < spill - 1e-6 * (double)timed[0] ||
+            sum[0] > spill + 1e-6 * (double)timed[0] ||
+            sum[1] < restore - 1e-6 * (double)timed[1] ||
+            sum[1] > restore + 1e-6 * (double)timed[1])
+            FAIL("device intervals %.9f s out, %.9f s in; the device "
+                 "timed %.9f s and %.9f s", sum[0], sum[1], spill, restore);
+    } else {
+        ASSERT_EQ(timed[0] + timed[1], 0);
+    }
+    ASSERT_GE(disk[0], 1);
+    ASSERT_GE(disk[1], 1);
+    free(ev);
+
+    /* The dumps carry them: a track of the device's time in Chrome's,
+     * the fields in the snapshot's events. */
+    char path[128];
+    size_t len;
+    tmp_path(path, sizeof path, "devtime-chrome");
+    ASSERT_OK(sw_trace_dump(dev, path, "chrome"));
+    expect_valid_json(path);
+    char *text = read_file(path, &len);
+    if (times_copies(dev)) {
+        ASSERT_NOT_NULL(strstr(text, "\"spill (device)\""));
+        ASSERT_NOT_NULL(strstr(text, "\"restore (device)\""));
+    }
+    ASSERT_NOT_NULL(strstr(text, "\"disk write (I/O)\""));
+    ASSERT_NOT_NULL(strstr(text, "\"disk read (I/O)\""));
+    free(text);
+    unlink(path);
+    tmp_path(path, sizeof path, "devtime-snapshot");
+    ASSERT_OK(sw_trace_dump(dev, path, "snapshot"));
+    expect_valid_json(path);
+    text = read_file(path, &len);
+    ASSERT_NOT_NULL(strstr(text, "\"dev_begin_ns\":"));
+    free(text);
+    unlink(path);
+
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    for (int i = 0; i < N; i++) {
+        test_expect_pattern(b[i], 10u + (uint32_t)i);
+        ASSERT_OK(sw_buffer_free(b[i]));
+    }
 }
 
 TEST(trace_ring_bound)

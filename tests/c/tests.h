@@ -91,6 +91,7 @@
     X(register_load_bad_paths)                                                \
     /* test-trace.c */                                                        \
     X(trace_every_kind_replays)                                               \
+    X(trace_device_times)                                                     \
     X(trace_ring_bound)                                                       \
     X(thread_trace_dump_while_allocating)                                     \
     X(trace_callback_and_bad_input)                                           \

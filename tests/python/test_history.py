@@ -2,6 +2,7 @@
 dumps in both formats (valid JSON, Perfetto's schema), out-of-memory
 messages that name the allocating line, pictures, and bad input."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -261,3 +262,73 @@ def test_bad_input(tmp_path):
         bogus = tmp_path / "bogus.json"
         bogus.write_text('{"a": 1}')
         sw.plot.load_history(bogus)
+
+
+@pytest.mark.spills
+@pytest.mark.parametrize("fmt", ["chrome", "snapshot"])
+def test_the_picture_is_on_device_time(dev, tmp_path, fmt):
+    """Copies carry the device's own times: the history's events, both
+    dumps, and the picture, which moves each buffer when its copy ran and
+    counts a copy's bytes on the device until it ended."""
+    import numpy as np
+    from spillway.plot import buffer_lanes, load_history
+    n = MIB // 4  # float32: 1 MiB each
+    with sw.memory_history(device=dev) as h:
+        arrays = [sw.asarray(np.full(n, i, np.float32), device=dev)
+                  for i in range(4)]
+        sw.set_memory_budget(2 * MIB, dev)  # two of them out
+        for i, a in enumerate(arrays):  # each back in, another out
+            assert float(a.sum()) == i * n
+        sw.synchronize(dev)
+        sw.set_memory_budget(None, dev)
+    events, dropped = h.events()
+    assert dropped == 0
+    times_copies = dev.name.split(":")[0] in ("sim", "opencl", "cuda")
+    # (aux 2, 3: an eviction that copied nothing, untimed)
+    ends = [e for e in events
+            if e["kind"] in ("spill_end", "restore_end") and e["aux"] < 2]
+    timed = [e for e in ends if e["dev_end_ns"]]
+    for e in events:
+        if e["dev_end_ns"]:
+            assert 0 < e["dev_begin_ns"] <= e["dev_end_ns"] <= e["time_ns"]
+        else:
+            assert e["dev_begin_ns"] == 0
+    if times_copies:
+        assert len(timed) == len(ends) >= 4
+        # Every copy ends in the history, one a later copy of the same
+        # buffer overtook included.
+        for kind in ("spill", "restore"):
+            begun = sum(e["kind"] == kind + "_begin" and e["aux"] < 2
+                        for e in events)
+            assert sum(e["kind"] == kind + "_end" and e["aux"] < 2
+                       for e in events) == begun
+    path = tmp_path / ("h." + fmt)
+    h.dump(str(path), format=fmt)
+    on_device = load_history(str(path))
+    on_host = load_history(str(path), device_time=False)
+    host_places = {p for _, segs in buffer_lanes(on_host, 4)
+                   for _, _, p in segs}
+    assert "copy" not in host_places
+    if not times_copies:
+        assert on_device["timed"] == []
+        return
+    assert len(on_device["timed"]) == len(timed)
+    for at, begin, end, what, buf, size, tag in on_device["timed"]:
+        assert what in ("spill", "restore") and begin <= end
+    lanes = buffer_lanes(on_device, 4)
+    for _, segs in lanes:
+        assert all(a <= b for a, b, _ in segs)
+    assert "copy" in {p for _, segs in lanes for _, _, p in segs}
+    # A spill's bytes leave the device when its copy ends: on the device's
+    # time in use is never below the host's picture at the same moment.
+    def at(hist, key, t):
+        i = max(k for k, s in enumerate(hist["t"]) if s <= t)
+        return hist[key][i]
+    for t in on_host["t"]:
+        assert at(on_device, "in_use", t) >= at(on_host, "in_use", t) or \
+            any(w == "restore" and a <= t < e
+                for a, _, e, w, *_ in on_device["timed"])
+    if importlib.util.find_spec("matplotlib"):
+        out = sw.plot_memory_history(str(path), str(tmp_path / "d.png"))
+        assert open(out, "rb").read(4) == b"\x89PNG"
+    del arrays
