@@ -78,13 +78,7 @@ static void *churn(void *p)
     }
     ASSERT_OK(sw_queue_release(q));
     a->keep = test_alloc(a->dev, 256, "kept");
-    sw_buffer_info info[4];
-    size_t n = 0;
-    ASSERT_OK(sw_memory_snapshot(a->dev, info, 4, &n));
-    a->keep_id = 0;
-    for (size_t i = 0; i < n && i < 4; i++)
-        if (strcmp(info[i].tag, "kept") == 0 && a->keep_id == 0)
-            a->keep_id = info[i].id;
+    ASSERT_OK(sw_buffer_id(a->keep, &a->keep_id));
     return NULL;
 }
 
@@ -136,30 +130,15 @@ TEST(thread_handle_batches_go_back_at_exit)
  * within each thread. */
 typedef struct {
     sw_device *dev;
-    int who;
     uint64_t ids[300];
 } id_arg;
 
 static void *ids_worker(void *p)
 {
     id_arg *a = p;
-    char tag[16];
-    snprintf(tag, sizeof tag, "id-%d", a->who);
     for (int i = 0; i < 300; i++) {
-        sw_buffer *b = test_alloc(a->dev, 256, tag);
-        size_t n = 0;
-        /* Most recently allocated first, but another thread's may come
-         * between: find ours by its tag. */
-        size_t cap = 0;
-        ASSERT_OK(sw_memory_snapshot(a->dev, NULL, 0, &cap));
-        sw_buffer_info *all = calloc(cap + 8, sizeof *all);
-        ASSERT_NOT_NULL(all);
-        ASSERT_OK(sw_memory_snapshot(a->dev, all, cap + 8, &n));
-        a->ids[i] = 0;
-        for (size_t k = 0; k < n && k < cap + 8; k++)
-            if (strcmp(all[k].tag, tag) == 0)
-                a->ids[i] = all[k].id;
-        free(all);
+        sw_buffer *b = test_alloc(a->dev, 256, "id");
+        ASSERT_OK(sw_buffer_id(b, &a->ids[i]));
         ASSERT_NE(a->ids[i], 0);
         if (i > 0)
             ASSERT_UGT(a->ids[i], a->ids[i - 1]);
@@ -176,7 +155,6 @@ TEST(thread_buffer_ids_unique)
     pthread_t t[N];
     for (int i = 0; i < N; i++) {
         a[i].dev = dev;
-        a[i].who = i;
         ASSERT_EQ(pthread_create(&t[i], NULL, ids_worker, &a[i]), 0);
     }
     for (int i = 0; i < N; i++)
