@@ -236,7 +236,8 @@ SW_API int sw_device_host_addressable(sw_device *dev, int *yes);
  * device; only kernels need support. */
 SW_API int sw_device_dtypes(sw_device *dev, uint32_t *mask);
 
-/* Wait until all work queued on the device, on every queue, has completed.
+/* Wait until all work queued on the device, on every queue, has completed
+ * (prefetches reading from the spill file in the background included).
  * The device lock is not held while waiting. */
 SW_API int sw_device_synchronize(sw_device *dev);
 
@@ -492,7 +493,12 @@ SW_API int sw_buffer_fill(sw_buffer *buf, size_t offset, size_t n,
  * step ahead of the work that needs the buffer -- the next layer's
  * weights, the next block of a pipeline -- so that the copy overlaps the
  * work of this step.  A no-op for a resident buffer (beyond ordering q
- * after it).  May spill others to make room, as any restore. */
+ * after it).  May spill others to make room, as any restore.  A buffer in
+ * the spill file (sw_set_host_budget) with q NULL: the call returns once
+ * its read is started; a prefetch thread reads it back and then queues
+ * its copy, and a use, host access or free meanwhile waits for the read.
+ * A read or copy that fails there leaves the buffer where it was, intact,
+ * and its next use meets the error. */
 SW_API int sw_buffer_prefetch(sw_buffer *buf, sw_queue *q);
 
 /* The buffer's device memory, restoring it if spilled (and waiting for the

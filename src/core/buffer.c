@@ -686,7 +686,15 @@ SW_API int sw_buffer_prefetch(sw_buffer *h, sw_queue *qh)
         sw__wait_stable_locked(dev, base);
         base->pins--;
     }
-    if (base->state == SW_SPILLED) {
+    /* In the spill file, and no queue to order now: its read runs in the
+     * background (disk.c), and the call returns at once. */
+    if (base->state == SW_SPILLED && base->on_disk && q == NULL)
+        rc = sw__disk_prefetch_locked(dev, base);
+    else
+        rc = SW__DISK_INLINE;
+    if (rc != SW__DISK_INLINE) {
+        /* started, or failed with nothing changed */
+    } else if (base->state == SW_SPILLED) {
         base->pins++;
         rc = sw__restore_locked(dev, base, q, true, 0);
         sw__unpin_locked(dev, base);
@@ -694,6 +702,8 @@ SW_API int sw_buffer_prefetch(sw_buffer *h, sw_queue *qh)
         /* Already there (or on its way): q is ordered after it as any
          * first use on q is. */
         rc = sw__order_use_locked(dev, base, q);
+    } else {
+        rc = SW_OK;
     }
     sw__unlock(dev);
     return rc;

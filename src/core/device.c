@@ -533,6 +533,14 @@ SW_API int sw_device_close(sw_device *dev)
     if (!sw__device_valid(dev))
         return sw__errorf(SW_ERR_INVALID_HANDLE,
                           "%p is not a spillway device handle", (void *)dev);
+    /* The last close waits for the prefetch thread's reads of this
+     * device (disk.c) first, without the registry lock: the restore that
+     * ends one may run pressure callbacks, which may do anything. */
+    if (sw__device_enter(dev) == SW_OK) {
+        if (dev->refs <= 1)
+            sw__disk_wait_reads_locked(dev);
+        sw__unlock(dev);
+    }
     pthread_mutex_lock(&registry_lock);
     int rc = sw__device_enter(dev);
     if (rc != SW_OK) {
@@ -552,10 +560,11 @@ SW_API int sw_device_close(sw_device *dev)
          * has completed: parked memory is safe. */
         sw__unpark_locked(dev, true);
     }
-    if (dev->waiting > 0) {
+    if (dev->waiting > 0 || dev->bg_reads > 0) {
+        unsigned n = dev->waiting + dev->bg_reads;
         rc = sw__errorf(SW_ERR_BUSY, "%s: cannot close the device: %u "
                         "call%s on other threads are waiting for it",
-                        dev->name, dev->waiting, dev->waiting == 1 ? "" : "s");
+                        dev->name, n, n == 1 ? "" : "s");
         sw__unlock(dev);
         pthread_mutex_unlock(&registry_lock);
         return rc;
@@ -700,6 +709,9 @@ SW_API int sw_device_synchronize(sw_device *dev)
     int rc = sw__device_enter(dev);
     if (rc != SW_OK)
         return rc;
+    /* Prefetches reading from the spill file in the background first:
+     * their copies are work the caller queued too (disk.c). */
+    sw__disk_wait_reads_locked(dev);
     /* Every queue's work: events recorded under the lock (they outlive
      * their queues), waited for without it. */
     size_t n = 0;

@@ -315,59 +315,244 @@ int sw__host_room_block_locked(sw_device *dev, size_t size, uint64_t need,
     return rc;
 }
 
-int sw__disk_read_locked(sw_device *dev, sw__buf *b)
+/* A read back from disk in three steps, so that the transfer can run on
+ * another thread (sw__disk_prefetch_locked): its block and parameters
+ * under the lock, the transfer without it, its end under it again. */
+typedef struct disk_rd {
+    void *p;
+    size_t got; /* the block's size */
+    bool pinned;
+    bool fault;
+    int fd;
+    uint64_t off;
+    size_t n;
+    int err;
+    uint64_t ns0, ns1;
+} disk_rd;
+
+static int read_begin_locked(sw_device *dev, sw__buf *b, disk_rd *r)
 {
     sw__assert_locked(dev);
     assert(b->on_disk && b->moving && b->pins > 0);
+    memset(r, 0, sizeof *r);
     /* Room for the block it comes back into (it may send others out),
      * and the block itself from the pool where one fits: the read lands
      * in memory already faulted in (into fresh memory it ran at 0.6-0.7
      * of a plain pread on opencl:0, docs/performance.md). */
-    size_t got = 0;
-    bool pinned = false;
-    void *p = NULL;
-    int rc = sw__host_room_block_locked(dev, b->size, b->alloc_size, &p,
-                                        &got, &pinned);
+    int rc = sw__host_room_block_locked(dev, b->size, b->alloc_size, &r->p,
+                                        &r->got, &r->pinned);
     if (rc != SW_OK)
         return rc;
-    if (p == NULL)
-        p = sw__host_get_locked(dev, b->size, &got, &pinned);
-    if (p == NULL)
+    if (r->p == NULL)
+        r->p = sw__host_get_locked(dev, b->size, &r->got, &r->pinned);
+    if (r->p == NULL)
         return sw__errorf(SW_ERR_HOST_OOM, "%s: no host memory to read "
                           "buffer '%s' (%zu bytes) back from disk",
                           dev->name, b->tag, b->size);
-    bool fault = sw__fault_hits(dev, SW_FAULT_DISK);
-    int fd = dev->disk_fd;
-    uint64_t off = b->disk_off;
-    size_t n = b->size;
-    dev->waiting++;
-    sw__unlock(dev);
-    uint64_t ns0 = sw__now_ns();
-    int err = fault ? EIO : disk_io(false, fd, p, n, off);
-    uint64_t ns1 = sw__now_ns();
-    double dt = (double)(ns1 - ns0) * 1e-9;
-    sw__lock(dev);
-    dev->waiting--;
-    if (err != 0) {
-        sw__host_put_locked(dev, p, got, pinned);
+    r->fault = sw__fault_hits(dev, SW_FAULT_DISK);
+    r->fd = dev->disk_fd;
+    r->off = b->disk_off;
+    r->n = b->size;
+    return SW_OK;
+}
+
+/* Without the lock. */
+static void read_io(disk_rd *r)
+{
+    r->ns0 = sw__now_ns();
+    r->err = r->fault ? EIO : disk_io(false, r->fd, r->p, r->n, r->off);
+    r->ns1 = sw__now_ns();
+}
+
+static int read_end_locked(sw_device *dev, sw__buf *b, disk_rd *r)
+{
+    sw__assert_locked(dev);
+    if (r->err != 0) {
+        sw__host_put_locked(dev, r->p, r->got, r->pinned);
         return sw__errorf(SW_ERR_HOST_OOM, "%s: reading buffer '%s' (%zu "
                           "bytes) back from the spill file failed: %s%s; it "
-                          "stays on disk, intact", dev->name, b->tag, n,
-                          strerror(err),
-                          fault ? " (an injected fault)" : "");
+                          "stays on disk, intact", dev->name, b->tag, r->n,
+                          strerror(r->err),
+                          r->fault ? " (an injected fault)" : "");
     }
-    punch(fd, off, extent_of(b));
-    b->host = p;
-    b->host_size = got;
-    b->host_pinned = pinned;
+    punch(r->fd, r->off, extent_of(b));
+    b->host = r->p;
+    b->host_size = r->got;
+    b->host_pinned = r->pinned;
     b->on_disk = false;
     dev->spilled_disk -= b->alloc_size;
-    dev->disk_read_bytes += n;
-    dev->disk_read_seconds += dt;
+    dev->disk_read_bytes += r->n;
+    dev->disk_read_seconds += (double)(r->ns1 - r->ns0) * 1e-9;
     if (dev->tracing)
         sw__trace_emit_timed(dev, SW_TRACE_DISK_READ, b, b->alloc_size, 0,
-                             ns0, ns1);
+                             r->ns0, r->ns1);
     return SW_OK;
+}
+
+int sw__disk_read_locked(sw_device *dev, sw__buf *b)
+{
+    disk_rd r;
+    int rc = read_begin_locked(dev, b, &r);
+    if (rc != SW_OK)
+        return rc;
+    dev->waiting++;
+    sw__unlock(dev);
+    read_io(&r);
+    sw__lock(dev);
+    dev->waiting--;
+    return read_end_locked(dev, b, &r);
+}
+
+/* ------------------------------------------------------------------------
+ * Reads in the background: a prefetch of a buffer on disk
+ *
+ * sw_buffer_prefetch (without a queue) returns at once for a buffer in the
+ * spill file: its read runs on the prefetch thread, which then queues its
+ * copy to the device as any prefetch does.  Meanwhile the buffer is
+ * moving: a use, a host access or a free waits for the read (as for a
+ * copy in flight), and a free that came meanwhile releases it at the end.
+ * A read or a restore that fails leaves the buffer where it was, intact:
+ * its next use does them again and says why.  No pressure callback runs
+ * on that thread: a program's callbacks run on its own threads only.  One
+ * thread for every device,
+ * started when first needed; the read itself goes through the I/O engine
+ * (pieces at once, diskio.c).  Device close waits for the device's reads.
+ * ---------------------------------------------------------------------- */
+
+typedef struct bg_read {
+    struct bg_read *next;
+    sw_device *dev;
+    sw__buf *base;
+    disk_rd r;
+} bg_read;
+
+static struct {
+    pthread_mutex_t mu; /* a leaf: taken with a device lock or none */
+    pthread_cond_t cv;
+    bg_read *head, *tail;
+    bool started;
+} bg = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL,
+        false};
+
+static void bg_run(bg_read *j)
+{
+    read_io(&j->r);
+    sw_device *dev = j->dev;
+    sw__buf *b = j->base;
+    sw__lock(dev);
+    int rc = read_end_locked(dev, b, &j->r);
+    b->moving = false;
+    pthread_cond_broadcast(&dev->moved);
+    /* Still wanted (a handle or a view): on to the device, as the
+     * prefetch asked, with what the ladder can do without the pressure
+     * callbacks (sw__tl_background).  Failures are left for its next use
+     * to meet. */
+    if (rc == SW_OK && b->state == SW_SPILLED &&
+        (sw__slot_live(&b->h) || b->children > 0))
+        (void)sw__restore_locked(dev, b, NULL, true, 0);
+    dev->bg_reads--;
+    pthread_cond_broadcast(&dev->moved);
+    sw__unpin_locked(dev, b); /* released here if freed meanwhile */
+    sw__unlock(dev);
+    sw__free(j);
+}
+
+static void *bg_main(void *arg)
+{
+    (void)arg;
+    sw__tl_background = true; /* no callbacks, no OOMs (internal.h) */
+    pthread_mutex_lock(&bg.mu);
+    for (;;) {
+        while (bg.head == NULL)
+            pthread_cond_wait(&bg.cv, &bg.mu);
+        bg_read *j = bg.head;
+        bg.head = j->next;
+        if (bg.head == NULL)
+            bg.tail = NULL;
+        pthread_mutex_unlock(&bg.mu);
+        bg_run(j);
+        pthread_mutex_lock(&bg.mu);
+    }
+    return NULL;
+}
+
+/* A child of fork() has no prefetch thread, and none of the parent's
+ * reads (their devices are the parent's). */
+static void bg_after_fork(void)
+{
+    pthread_mutex_init(&bg.mu, NULL);
+    pthread_cond_init(&bg.cv, NULL);
+    bg.head = bg.tail = NULL;
+    bg.started = false;
+}
+
+static pthread_once_t bg_once = PTHREAD_ONCE_INIT;
+static void bg_register_atfork(void)
+{
+    (void)pthread_atfork(NULL, NULL, bg_after_fork);
+}
+
+/* Under bg.mu: the thread, started once; false if it cannot be. */
+static bool bg_start_locked(void)
+{
+    if (bg.started)
+        return true;
+    pthread_attr_t a;
+    pthread_t t;
+    if (pthread_attr_init(&a) != 0)
+        return false;
+    (void)pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    bg.started = pthread_create(&t, &a, bg_main, NULL) == 0;
+    pthread_attr_destroy(&a);
+    return bg.started;
+}
+
+int sw__disk_prefetch_locked(sw_device *dev, sw__buf *b)
+{
+    sw__assert_locked(dev);
+    if (!b->on_disk || b->moving || b->state != SW_SPILLED)
+        return SW__DISK_INLINE;
+    pthread_once(&bg_once, bg_register_atfork);
+    bg_read *j = sw__malloc(sizeof *j);
+    if (j == NULL)
+        return SW__DISK_INLINE;
+    pthread_mutex_lock(&bg.mu);
+    bool ok = bg_start_locked();
+    pthread_mutex_unlock(&bg.mu);
+    if (!ok) {
+        sw__free(j);
+        return SW__DISK_INLINE;
+    }
+    b->moving = true;
+    b->pins++;
+    int rc = read_begin_locked(dev, b, &j->r);
+    if (rc != SW_OK) {
+        b->moving = false;
+        pthread_cond_broadcast(&dev->moved);
+        sw__unpin_locked(dev, b);
+        sw__free(j);
+        return rc;
+    }
+    j->dev = dev;
+    j->base = b;
+    j->next = NULL;
+    dev->bg_reads++;
+    pthread_mutex_lock(&bg.mu);
+    if (bg.tail)
+        bg.tail->next = j;
+    else
+        bg.head = j;
+    bg.tail = j;
+    pthread_cond_signal(&bg.cv);
+    pthread_mutex_unlock(&bg.mu);
+    return SW_OK;
+}
+
+void sw__disk_wait_reads_locked(sw_device *dev)
+{
+    sw__assert_locked(dev);
+    while (dev->bg_reads > 0)
+        sw__cond_wait_locked(dev);
 }
 
 int sw__disk_pread_locked(sw_device *dev, sw__buf *b, size_t off, void *p,

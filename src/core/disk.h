@@ -36,6 +36,17 @@ int sw__host_room_block_locked(sw_device *dev, size_t size, uint64_t need,
  * moving and pinned by the caller; the lock is released meanwhile).  On
  * failure it stays on disk, intact. */
 int sw__disk_read_locked(sw_device *dev, sw__buf *base);
+/* sw_buffer_prefetch (without a queue) of a base on disk: its read is
+ * started on the prefetch thread, which then queues its copy to the
+ * device; SW_OK at once.  SW__DISK_INLINE when no background read can be
+ * started (the base is not on disk, or moving; no memory or thread for
+ * it): the caller restores it itself.  An error (no host memory for the
+ * read) changes nothing. */
+#define SW__DISK_INLINE 1
+int sw__disk_prefetch_locked(sw_device *dev, sw__buf *base);
+/* Wait (the lock released meanwhile) until no background read of dev's is
+ * left: device close. */
+void sw__disk_wait_reads_locked(sw_device *dev);
 /* n bytes at off of an on-disk base, read straight from the file (the
  * base pinned by the caller). */
 int sw__disk_pread_locked(sw_device *dev, sw__buf *base, size_t off, void *p,

@@ -404,6 +404,7 @@ struct sw_device {
     int disk_fd;
     uint64_t disk_end;
     uint64_t spilled_disk; /* alloc sizes of the bases on disk */
+    uint32_t bg_reads; /* reads of prefetches running in the background */
     uint64_t disk_write_bytes, disk_read_bytes;
     double disk_write_seconds, disk_read_seconds;
     uint64_t allocs, frees, spills, restores;
@@ -683,6 +684,12 @@ int sw__check_room_locked(sw_device *dev, sw__buf *const *bufs, size_t n,
 /* Run the pressure callbacks (last: as the ladder's last step); true if
  * one may have freed memory. */
 bool sw__run_callbacks_locked(sw_device *dev, size_t bytes, bool last);
+/* Set on spillway's own threads while they do a caller's work in the
+ * background (disk.c's prefetch thread): no pressure callback runs there
+ * (a program's callbacks run only on threads that call spillway), and a
+ * restore that fails for want of memory is no OOM (its buffer's use will
+ * try again, with the callbacks, and count it if it fails). */
+extern _Thread_local bool sw__tl_background;
 
 /* ------------------------------------------------------------------------
  * Spilling (spill.c)

@@ -13,10 +13,12 @@
  * one does not run the callbacks again. */
 static _Thread_local bool in_callback;
 
+_Thread_local bool sw__tl_background;
+
 bool sw__run_callbacks_locked(sw_device *dev, size_t bytes, bool last)
 {
     sw__assert_locked(dev);
-    if (in_callback)
+    if (in_callback || sw__tl_background)
         return false;
     bool any = false;
     SW__TRACE(dev, SW_TRACE_PRESSURE_BEGIN, NULL, bytes, 0, last);

@@ -762,7 +762,7 @@ int sw__restore_locked(sw_device *dev, sw__buf *base, sw__queue *q,
     bool from_cache = false;
     int rc = sw__obtain_locked(dev, base->size, base->alloc_size, base->tag,
                                &mem, &from_cache);
-    if (rc != SW_OK) {
+    if (rc != SW_OK && !sw__tl_background) {
         /* A request for device memory that failed for good, as an
          * allocation's does. */
         dev->ooms++;

@@ -492,8 +492,20 @@ static void *td_worker(void *p)
     uint64_t rng = 0x9E3779B97F4A7C15ull * (uint64_t)(a->id + 1);
     for (int it = 0; it < 60; it++) {
         int i = (int)(test_rand(&rng) % TD_PER);
-        int what = (int)(test_rand(&rng) % 3);
-        if (what == 0) {
+        int what = (int)(test_rand(&rng) % 5);
+        if (what == 3) {
+            /* On disk: its read runs in the background meanwhile. */
+            ASSERT_OK(sw_buffer_prefetch(b[i], NULL));
+        } else if (what == 4) {
+            /* Freed while its background read may run: released at its
+             * end; a new one in its place. */
+            ASSERT_OK(sw_buffer_prefetch(b[i], NULL));
+            ASSERT_OK(sw_buffer_free(b[i]));
+            b[i] = test_alloc(a->dev, TD_N * 4, "disk thread");
+            val[i] = (uint32_t)(test_rand(&rng) % 1000);
+            sw_scalar s = {.i = val[i]};
+            ASSERT_OK(sw_op_fill(b[i], SW_INT32, TD_N, s));
+        } else if (what == 0) {
             val[i] = (uint32_t)(test_rand(&rng) % 1000);
             sw_scalar s = {.i = val[i]};
             ASSERT_OK(sw_op_fill(b[i], SW_INT32, TD_N, s));
@@ -560,5 +572,125 @@ TEST(thread_disk_tier)
     ASSERT_UEQ(test_info(dev).spilled_disk, 0);
     ASSERT_OK(sw_set_memory_budget(dev, 0));
     ASSERT_OK(sw_set_host_budget(dev, 0));
+    (void)rmdir(dir);
+}
+
+/* A prefetch of a buffer in the spill file returns at once: its read runs
+ * on the prefetch thread, which then queues its copy to the device; a use
+ * meanwhile waits for it; a free meanwhile releases it at the end; a
+ * failed read leaves it on disk, intact, for its next use to report; the
+ * last close waits for the reads. */
+static sw_buffer_state wait_resident(sw_buffer *b)
+{
+    sw_buffer_state st = SW_SPILLED;
+    for (int i = 0; i < 5000 && st != SW_RESIDENT; i++) {
+        st = dstate(b);
+        if (st != SW_RESIDENT)
+            usleep(1000);
+    }
+    return st;
+}
+
+static bool on_disk(sw_device *dev, sw_buffer *b)
+{
+    uint64_t id = 0;
+    ASSERT_OK(sw_buffer_id(b, &id));
+    size_t n = 0;
+    ASSERT_OK(sw_memory_snapshot(dev, NULL, 0, &n));
+    sw_buffer_info *v = calloc(n + 1, sizeof *v);
+    ASSERT_NOT_NULL(v);
+    ASSERT_OK(sw_memory_snapshot(dev, v, n + 1, &n));
+    bool yes = false;
+    for (size_t i = 0; i < n; i++)
+        if (v[i].id == id)
+            yes = v[i].on_disk != 0;
+    free(v);
+    return yes;
+}
+
+TEST(disk_prefetch_in_background)
+{
+    test_require_spill();
+    char dir[256];
+    spill_dir(dir, sizeof dir);
+    /* Opened here, not through test_device(): the test closes it. */
+    sw_device *dev = NULL;
+    ASSERT_OK(sw_device_open(test_device_spec(), &dev));
+    sw_buffer *b[DN];
+    fill_set(dev, b, 0);
+    ASSERT_OK(sw_set_host_budget(dev, DB)); /* the copies landed: to disk */
+    int k = -1;
+    for (int i = 0; i < DN && k < 0; i++)
+        if (on_disk(dev, b[i]))
+            k = i;
+    ASSERT_GE(k, 0);
+    uint64_t reads = test_info(dev).disk_read_bytes;
+    ASSERT_OK(sw_trace_start(dev, NULL));
+
+    /* It returned before the read ended: the read's end takes the device
+     * lock, held here.  Then, nothing else asked, the buffer reaches the
+     * device by itself. */
+    ASSERT_OK(sw_buffer_prefetch(b[k], NULL));
+    sw__lock(dev);
+    ASSERT_UEQ(dev->bg_reads, 1);
+    sw__unlock(dev);
+    ASSERT_EQ(wait_resident(b[k]), SW_RESIDENT);
+    ASSERT_FALSE(on_disk(dev, b[k]));
+    ASSERT_UGE(test_info(dev).disk_read_bytes, reads + DB);
+    size_t n = 0;
+    ASSERT_OK(sw_trace_read(dev, NULL, 0, &n, NULL));
+    sw_trace_event *ev = calloc(n, sizeof *ev);
+    ASSERT_NOT_NULL(ev);
+    ASSERT_OK(sw_trace_read(dev, ev, n, &n, NULL));
+    bool read = false, prefetch = false;
+    for (size_t i = 0; i < n; i++) {
+        read |= ev[i].kind == SW_TRACE_DISK_READ;
+        prefetch |= ev[i].kind == SW_TRACE_PREFETCH && read;
+    }
+    free(ev);
+    ASSERT_TRUE(read && prefetch);
+    test_expect_pattern(b[k], 40 + (uint32_t)k);
+
+    /* Used at once: the use waits for the read, then restores. */
+    for (int i = 0; i < DN; i++) {
+        if (!on_disk(dev, b[i]))
+            continue;
+        ASSERT_OK(sw_buffer_prefetch(b[i], NULL));
+        sw_scalar s;
+        ASSERT_OK(sw_op_sum(b[i], SW_INT32, DB / 4, &s));
+        test_expect_pattern(b[i], 40 + (uint32_t)i);
+    }
+
+    /* A failed read: the prefetch still returns OK; the buffer stays on
+     * disk, intact, and its next use meets the fault. */
+    ASSERT_OK(sw_set_host_budget(dev, DB));
+    k = -1;
+    for (int i = 0; i < DN && k < 0; i++)
+        if (on_disk(dev, b[i]))
+            k = i;
+    ASSERT_GE(k, 0);
+    /* (No budget: the read needs no room made, which would write first.) */
+    ASSERT_OK(sw_set_host_budget(dev, 0));
+    ASSERT_OK(sw_inject_fault(dev, SW_FAULT_DISK, 1, 1));
+    ASSERT_OK(sw_buffer_prefetch(b[k], NULL));
+    sw_scalar s;
+    ASSERT_ERR(sw_op_sum(b[k], SW_INT32, DB / 4, &s), SW_ERR_HOST_OOM);
+    ASSERT_TRUE(strstr(sw_last_error(), "injected") != NULL);
+    ASSERT_TRUE(on_disk(dev, b[k]));
+    ASSERT_OK(sw_inject_fault(dev, SW_FAULT_DISK, 0, 0));
+    test_expect_pattern(b[k], 40 + (uint32_t)k);
+
+    /* Freed right after: released when its read ends, and the last close
+     * waits for that (no BUSY, nothing left). */
+    ASSERT_OK(sw_set_host_budget(dev, DB));
+    for (int i = 0; i < DN; i++) {
+        if (on_disk(dev, b[i]))
+            ASSERT_OK(sw_buffer_prefetch(b[i], NULL));
+        ASSERT_OK(sw_buffer_free(b[i]));
+    }
+    ASSERT_OK(sw_trace_stop(dev));
+    ASSERT_OK(sw_device_close(dev));
+    /* Closed for good: nothing was left on it. */
+    ASSERT_ERR(sw_device_synchronize(dev), SW_ERR_INVALID_HANDLE);
     (void)rmdir(dir);
 }

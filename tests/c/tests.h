@@ -27,6 +27,7 @@
     X(disk_directory_missing_or_removed)                                      \
     X(disk_full)                                                              \
     X(thread_disk_tier)                                                       \
+    X(disk_prefetch_in_background)                                            \
     /* test-clean.c */                                                        \
     X(clean_evicted_twice_moves_once)                                         \
     X(clean_every_write_dirties)                                              \

@@ -355,6 +355,10 @@ struct fz_engine {
      * fz_pick_dev take when they can: a compound step aims its second
      * call at its first's buffer.  0: none. */
     int prefer_buf1, prefer_dev1;
+    /* 1 + the allocation a prefetch from the disk tier is reading back in
+     * the background (ops_lease.c) while the step's second call runs: it
+     * may come back meanwhile, by the prefetch's doing (0: none). */
+    int bg_prefetch_alloc1;
     /* A fault armed for the next step only. */
     bool fault_armed;
     int fault_dev; /* -1: the thread's no-device fault */

@@ -172,6 +172,45 @@ static bool op_wrap(fz_engine *e, fz_src *s)
     return true;
 }
 
+/* Whether handle i's base is in the spill file (a host budget's disk
+ * tier): then a prefetch without a queue reads it back in the background
+ * and restores it from there, whenever that ends. */
+static bool fz_on_disk(fz_engine *e, int i)
+{
+    int devi = e->alloc[e->buf[i].alloc].devi;
+    uint64_t id = 0;
+    if (sw_buffer_id(e->buf[i].h, &id) != SW_OK)
+        return false;
+    sw_buffer_info info[FZ_NALLOC + 8];
+    size_t n = 0;
+    if (sw_memory_snapshot(e->w->dev[devi], info, FZ_NALLOC + 8, &n) !=
+        SW_OK)
+        return false;
+    for (size_t k = 0; k < n && k < FZ_NALLOC + 8; k++)
+        if (info[k].id == id)
+            return info[k].on_disk != 0;
+    return false;
+}
+
+/* Whether a prefetch of handle i may read it from disk: with other
+ * engines on the device, one may send it there at any moment (a host
+ * budget), even between the look and the prefetch. */
+static bool fz_maybe_on_disk(fz_engine *e, int i)
+{
+    return e->w->threaded || fz_on_disk(e, i);
+}
+
+/* The end of a step that prefetched from the disk tier: its background
+ * read and restore end within the step, where the checks expect what a
+ * prefetch moves (sw_device_synchronize waits for them).  The calls made
+ * meanwhile in the step ran against the read in flight. */
+static void fz_settle_prefetch(fz_engine *e, int devi)
+{
+    if (fz_sync_device(e, e->w->dev[devi]) != SW_OK)
+        fz_fail(e->w, e, "sw_device_synchronize after a prefetch from "
+                "disk failed: %s", sw_last_error());
+}
+
 /* sw_buffer_prefetch: a restore started ahead of use (and q, if given,
  * ordered after it).  It leaves the data as it was; the buffer is on its
  * way back unless a spill of it was still in flight. */
@@ -184,10 +223,13 @@ static bool op_prefetch(fz_engine *e, fz_src *s)
     int q = fz_u8(s) < 128 ? fz_pick_queue(e, s, devi) : -1;
     int slots[1] = {i};
     fz_note(e, "prefetch handle %d%s", i, q >= 0 ? " for a queue" : "");
+    bool disk = q < 0 && fz_maybe_on_disk(e, i);
     int rc = sw_buffer_prefetch(e->buf[i].h,
                                 q >= 0 ? e->queue[devi][q].q : NULL);
     fz_result(e, "sw_buffer_prefetch", rc, fz_expect_for(e, slots, 1), 0,
               NULL);
+    if (disk && rc == SW_OK)
+        fz_settle_prefetch(e, devi);
     return true;
 }
 
@@ -205,6 +247,7 @@ static bool op_prefetch_then(fz_engine *e, fz_src *s)
     unsigned then = fz_u8(s) % 4;
     static const char *const what[] = {"write", "read", "free", "budget"};
     fz_note(e, "prefetch handle %d, then %s", i, what[then]);
+    bool disk = fz_maybe_on_disk(e, i);
     int rc = sw_buffer_prefetch(e->buf[i].h, NULL);
     fz_result(e, "sw_buffer_prefetch", rc, fz_expect_for(e, slots, 1), 0,
               NULL);
@@ -214,6 +257,8 @@ static bool op_prefetch_then(fz_engine *e, fz_src *s)
     fz_process_callbacks(e);
     e->prefer_buf1 = i + 1;
     e->prefer_dev1 = devi + 1;
+    if (disk && rc == SW_OK)
+        e->bg_prefetch_alloc1 = e->buf[i].alloc + 1;
     bool did;
     switch (then) {
     case 0: did = fz_op_buffer(e, s, 4); break;
@@ -223,6 +268,9 @@ static bool op_prefetch_then(fz_engine *e, fz_src *s)
     }
     (void)did; /* the prefetch was a step's call either way */
     e->prefer_buf1 = e->prefer_dev1 = 0;
+    e->bg_prefetch_alloc1 = 0;
+    if (disk && rc == SW_OK)
+        fz_settle_prefetch(e, devi);
     return true;
 }
 

@@ -134,3 +134,51 @@ def test_the_picture_has_the_disk_tier(budgets, tmp_path, fmt):
     places = {p for _, segs in buffer_lanes(hist, lanes=2)
               for _, _, p in segs}
     assert "disk" in places and "spilled" in places
+
+
+@pytest.mark.spills
+def test_prefetch_from_disk_runs_in_the_background(budgets):
+    """a.prefetch() of an array in the spill file returns before its read
+    is done; the array then reaches the device by itself, and an array
+    freed right after its prefetch leaves nothing behind."""
+    import time
+    dev = budgets
+    sw.set_memory_budget(2 << 20, dev)
+    want = [np.arange(N, dtype=np.float32) + i for i in range(6)]
+    arrays = [sw.asarray(w, device=dev) for w in want]
+    sw.set_host_budget(1, dev)  # every spilled copy to disk
+
+    def on_disk():
+        ids = {b["id"] for b in sw.memory_snapshot(dev) if b["on_disk"]}
+        return [i for i, a in enumerate(arrays)
+                if a is not None and sw.history._C._buffer_id(a) in ids]
+
+    disk = on_disk()
+    assert len(disk) >= 3
+    sw.set_host_budget(None, dev)  # room to read them back
+    i = disk[0]
+    arrays[i].prefetch()
+    deadline = time.monotonic() + 10
+    while arrays[i].is_spilled and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert not arrays[i].is_spilled
+    assert i not in on_disk()
+    np.testing.assert_array_equal(arrays[i].numpy(), want[i])
+    # Used at once: the use waits for the read.
+    j = disk[1]
+    arrays[j].prefetch()
+    assert float(arrays[j].sum()) == float(want[j].sum())
+    # Freed at once: released when the read ends.
+    k = disk[2]
+    arrays[k].prefetch()
+    arrays[k] = None
+    sw.synchronize(dev)
+    for a, w in zip(arrays, want):
+        if a is not None:
+            np.testing.assert_array_equal(a.numpy(), w)
+    del arrays
+    deadline = time.monotonic() + 10
+    while sw.memory_stats(dev)["spilled_disk"] and \
+            time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert sw.memory_stats(dev)["spilled_disk"] == 0
