@@ -501,6 +501,22 @@ SW_API int sw_buffer_fill(sw_buffer *buf, size_t offset, size_t n,
  * and its next use meets the error. */
 SW_API int sw_buffer_prefetch(sw_buffer *buf, sw_queue *q);
 
+/* What the owner knows of a buffer's next use, as madvise() tells the
+ * kernel.  SW_ADVISE_COLD: not soon (an activation the backward pass has
+ * consumed, a block a pipeline is done with until its next round): under
+ * pressure it is evicted before the buffers in use, the least recently
+ * used cold one first (with the clean copies that went cold by
+ * themselves), until its next use, which makes it an ordinary buffer
+ * again.  SW_ADVISE_NORMAL: back in plain LRU order at once.  Nothing
+ * moves now: a resident buffer stays resident, a spilled one spilled.  On
+ * a view it applies to the whole base.  Another value is
+ * SW_ERR_INVALID_ARG. */
+typedef enum sw_advice {
+    SW_ADVISE_NORMAL = 0,
+    SW_ADVISE_COLD = 1,
+} sw_advice;
+SW_API int sw_buffer_advise(sw_buffer *buf, sw_advice advice);
+
 /* The buffer's device memory, restoring it if spilled (and waiting for the
  * restore's copy: the pointer may be used outside spillway).  The memory may
  * move again at the next allocation that needs room: hold it across a

@@ -406,7 +406,45 @@ static PyObject *Array_prefetch(ArrayObject *a, PyObject *const *args,
     Py_RETURN_NONE;
 }
 
+/* advise(how): sw_buffer_advise; how "cold" or "normal". */
+static PyObject *Array_advise(ArrayObject *a, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"how"};
+    PyObject *v[1];
+    if (sw_py_parse_args("advise", args, nargs, kwnames, names, 1, 1, 1, v) <
+        0)
+        return NULL;
+    sw_py_state *st = sw_py_type_state(Py_TYPE(a));
+    if (st == NULL || sw_py_array_check_device(a) < 0)
+        return NULL;
+    sw_advice how;
+    if (PyUnicode_Check(v[0]) &&
+        PyUnicode_CompareWithASCIIString(v[0], "cold") == 0) {
+        how = SW_ADVISE_COLD;
+    } else if (PyUnicode_Check(v[0]) &&
+               PyUnicode_CompareWithASCIIString(v[0], "normal") == 0) {
+        how = SW_ADVISE_NORMAL;
+    } else {
+        PyErr_Format(PyExc_ValueError, "advise: how must be \"cold\" or "
+                     "\"normal\", not %R", v[0]);
+        return NULL;
+    }
+    int rc;
+    NOGIL(rc = sw_buffer_advise(a->buf, how));
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Array_methods[] = {
+    {"advise", (PyCFunction)(void (*)(void))Array_advise,
+     METH_FASTCALL | METH_KEYWORDS,
+     "advise(how)\n--\n\nTell spillway when the array is needed next: "
+     "\"cold\" -- not soon (an activation the backward pass has consumed): "
+     "under pressure it is evicted before the arrays in use, until its next "
+     "use; \"normal\" -- back in plain least-recently-used order.  Nothing "
+     "moves now."},
     {"prefetch", (PyCFunction)(void (*)(void))Array_prefetch,
      METH_FASTCALL | METH_KEYWORDS,
      "prefetch(*, queue=None)\n--\n\nStart bringing a spilled array back "

@@ -147,6 +147,7 @@ void sw__buf_init_base(sw__buf *b, size_t size, const char *tag)
     b->hold_host = false;
     b->clean = false;
     b->nrestores = b->clean_uses = 0;
+    b->cold_at = 0;
     b->alloc_size = 0;
     b->heap_idx = SW__NOT_IN_HEAP;
     b->heap_key = 0;
@@ -707,6 +708,25 @@ SW_API int sw_buffer_prefetch(sw_buffer *h, sw_queue *qh)
     }
     sw__unlock(dev);
     return rc;
+}
+
+SW_API int sw_buffer_advise(sw_buffer *h, sw_advice advice)
+{
+    if (advice != SW_ADVISE_NORMAL && advice != SW_ADVISE_COLD)
+        return sw__errorf(SW_ERR_INVALID_ARG, "advice %d: SW_ADVISE_NORMAL "
+                          "(0) or SW_ADVISE_COLD (1)", (int)advice);
+    sw__buf *buf;
+    sw_device *dev;
+    int rc = sw__buffer_enter(h, &buf, &dev);
+    if (rc != SW_OK)
+        return rc;
+    sw__buf *base = buf->base;
+    /* Cold until a use moves last_use past the mark (never 0: a base's
+     * last_use starts at its allocation's clock, at least 1). */
+    base->cold_at = advice == SW_ADVISE_COLD ? base->last_use : 0;
+    sw__lru_refresh_locked(dev, base);
+    sw__unlock(dev);
+    return SW_OK;
 }
 
 static int copy_on(const sw_queue *qh, sw_buffer *dsth, size_t dst_offset,

@@ -176,6 +176,9 @@ struct sw__buf {
      * or the restore itself), saturating: the spilling order of clean
      * copies (lru.c). */
     uint8_t nrestores, clean_uses;
+    /* (base) sw_buffer_advise(SW_ADVISE_COLD): its last_use then; cold
+     * (evicted first, lru.c) while no use came after (0: not advised). */
+    uint64_t cold_at;
     sw__buf *base;  /* itself for a base buffer */
     size_t offset;  /* byte offset inside the base allocation */
     uintptr_t mem;  /* (base) backend allocation; 0 when spilled or empty */
@@ -709,10 +712,16 @@ void sw__lru_remove_locked(sw_device *dev, sw__buf *b);
  * copy before a dirty one used at the same time. */
 static inline uint64_t sw__lru_key(const sw__buf *b)
 {
-    uint64_t k = b->last_use * 2 + !b->clean;
-    bool cold = b->clean && b->nrestores == 1 && b->clean_uses >= 1;
-    return cold ? k : k | (UINT64_C(1) << 63);
+    bool cold = (b->clean && b->nrestores == 1 && b->clean_uses >= 1) ||
+                (b->cold_at != 0 && b->last_use <= b->cold_at);
+    /* Cold: clean ones first (free to evict), then by age; the rest by
+     * age, clean first among equals. */
+    if (cold)
+        return ((uint64_t)!b->clean << 62) | b->last_use;
+    return (UINT64_C(1) << 63) | (b->last_use * 2 + !b->clean);
 }
+/* base's key may have fallen (an advice): its place in the heap now. */
+void sw__lru_refresh_locked(sw_device *dev, sw__buf *base);
 /* A clean copy's use counted (lru.c): when it turns cold its key falls,
  * and its place in the heap is fixed at once. */
 void sw__lru_clean_use_locked(sw_device *dev, sw__buf *base);

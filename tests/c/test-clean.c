@@ -334,6 +334,88 @@ TEST(clean_cold_copy_goes_first)
     ASSERT_OK(sw_buffer_free(d));
 }
 
+/* sw_buffer_advise: a buffer advised cold goes before those in use, the
+ * newest of them included, until its next use; clean cold ones before
+ * dirty cold ones, whatever their age; SW_ADVISE_NORMAL undoes it at once;
+ * through a view it is the base's; bad input changes nothing. */
+TEST(advise_cold_goes_first)
+{
+    test_require_spill();
+    sw_device *dev = test_device();
+    sw_scalar one = {.i = 1};
+    sw_buffer *b[4];
+    for (int i = 0; i < 4; i++) {
+        b[i] = test_alloc(dev, CB, "advised");
+        test_write_pattern(b[i], 60u + (uint32_t)i);
+        ASSERT_OK(sw_op_scale(b[i], b[i], one, SW_INT32, CN)); /* used */
+    }
+    /* The newest, advised cold: it goes, not the oldest. */
+    ASSERT_OK(sw_buffer_advise(b[3], SW_ADVISE_COLD));
+    ASSERT_EQ(cstate(b[3]), SW_RESIDENT); /* nothing moves now */
+    evict_one(dev);
+    ASSERT_EQ(cstate(b[3]), SW_SPILLED);
+    ASSERT_EQ(cstate(b[0]), SW_RESIDENT);
+
+    /* A use after the advice ends it: LRU order again (b[0] goes). */
+    ASSERT_OK(sw_buffer_advise(b[2], SW_ADVISE_COLD));
+    ASSERT_OK(sw_op_scale(b[2], b[2], one, SW_INT32, CN));
+    evict_one(dev);
+    ASSERT_EQ(cstate(b[0]), SW_SPILLED);
+    ASSERT_EQ(cstate(b[2]), SW_RESIDENT);
+
+    /* NORMAL undoes it at once (b[1], now the oldest, goes). */
+    ASSERT_OK(sw_buffer_advise(b[2], SW_ADVISE_COLD));
+    ASSERT_OK(sw_buffer_advise(b[2], SW_ADVISE_NORMAL));
+    evict_one(dev);
+    ASSERT_EQ(cstate(b[1]), SW_SPILLED);
+    ASSERT_EQ(cstate(b[2]), SW_RESIDENT);
+
+    /* Clean cold before dirty cold: b[3] back and read (clean), b[2]
+     * dirty; both advised, the dirty one older: the clean one goes, and
+     * nothing is copied. */
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    sw_scalar sum;
+    ASSERT_OK(sw_op_sum(b[3], SW_INT32, CN, &sum)); /* back: clean */
+    ASSERT_OK(sw_buffer_advise(b[2], SW_ADVISE_COLD));
+    ASSERT_OK(sw_buffer_advise(b[3], SW_ADVISE_COLD));
+    uint64_t out0 = test_info(dev).spilled_bytes_total;
+    evict_one(dev);
+    ASSERT_EQ(cstate(b[3]), SW_SPILLED);
+    ASSERT_EQ(cstate(b[2]), SW_RESIDENT);
+    ASSERT_UEQ(test_info(dev).spilled_bytes_total, out0);
+
+    /* Through a view: the base.  A spilled buffer advised stays spilled. */
+    sw_buffer *v = NULL;
+    ASSERT_OK(sw_buffer_view(b[2], 4096, 4096, &v));
+    ASSERT_OK(sw_op_scale(b[1], b[1], one, SW_INT32, CN)); /* b[1] back */
+    ASSERT_OK(sw_op_scale(b[2], b[2], one, SW_INT32, CN)); /* advice ends */
+    ASSERT_OK(sw_buffer_advise(v, SW_ADVISE_COLD));
+    ASSERT_OK(sw_buffer_advise(b[0], SW_ADVISE_COLD));
+    ASSERT_EQ(cstate(b[0]), SW_SPILLED);
+    evict_one(dev);
+    ASSERT_EQ(cstate(b[2]), SW_SPILLED); /* the newer, through its view */
+    ASSERT_EQ(cstate(b[1]), SW_RESIDENT);
+    ASSERT_OK(sw_buffer_free(v));
+
+    /* Bad input: a clear error, nothing changed. */
+    sw_memory_info m0 = test_info(dev);
+    ASSERT_ERR(sw_buffer_advise(b[0], (sw_advice)2), SW_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(sw_last_error(), "SW_ADVISE_COLD");
+    ASSERT_ERR(sw_buffer_advise(b[0], (sw_advice)-1), SW_ERR_INVALID_ARG);
+    ASSERT_ERR(sw_buffer_advise(NULL, SW_ADVISE_COLD), SW_ERR_INVALID_ARG);
+    sw_buffer *gone = test_alloc(dev, 512, "gone");
+    ASSERT_OK(sw_buffer_free(gone));
+    ASSERT_ERR(sw_buffer_advise(gone, SW_ADVISE_COLD),
+               SW_ERR_INVALID_HANDLE);
+    sw_memory_info m1 = test_info(dev);
+    ASSERT_UEQ(m1.in_use, m0.in_use);
+    ASSERT_UEQ(m1.spilled, m0.spilled);
+    for (int i = 0; i < 4; i++) {
+        test_expect_pattern(b[i], 60u + (uint32_t)i);
+        ASSERT_OK(sw_buffer_free(b[i]));
+    }
+}
+
 TEST(clean_bad_access_modes)
 {
     sw_device *dev = test_device();

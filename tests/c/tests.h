@@ -33,6 +33,7 @@
     X(clean_every_write_dirties)                                              \
     X(clean_first_among_equally_old)                                          \
     X(clean_cold_copy_goes_first)                                             \
+    X(advise_cold_goes_first)                                                 \
     X(clean_bad_access_modes)                                                 \
     X(clean_copies_given_up)                                                  \
     X(thread_clean_copies)                                                    \

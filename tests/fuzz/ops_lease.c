@@ -220,7 +220,19 @@ static bool op_prefetch(fz_engine *e, fz_src *s)
     if (i < 0)
         return false;
     int devi = e->alloc[e->buf[i].alloc].devi;
-    int q = fz_u8(s) < 128 ? fz_pick_queue(e, s, devi) : -1;
+    unsigned pick = fz_u8(s);
+    if (pick >= 224) {
+        /* sw_buffer_advise instead: only the spilling order changes,
+         * nothing moves (the step obtains no memory: a spill in it would
+         * be caught). */
+        sw_advice how = (pick & 1) ? SW_ADVISE_COLD : SW_ADVISE_NORMAL;
+        fz_note(e, "advise handle %d %s", i,
+                how == SW_ADVISE_COLD ? "cold" : "normal");
+        int rc = sw_buffer_advise(e->buf[i].h, how);
+        fz_result(e, "sw_buffer_advise", rc, FZ_OK, 0, NULL);
+        return true;
+    }
+    int q = pick < 128 ? fz_pick_queue(e, s, devi) : -1;
     int slots[1] = {i};
     fz_note(e, "prefetch handle %d%s", i, q >= 0 ? " for a queue" : "");
     bool disk = q < 0 && fz_maybe_on_disk(e, i);

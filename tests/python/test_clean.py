@@ -184,3 +184,36 @@ def test_lanes_show_where_a_buffer_was(dev, tmp_path, fmt):
         assert runs == ["resident", "copy", "spilled", "copy", "clean",
                         "resident"]
     assert all(b >= a_ for a_, b, _ in segs)
+
+
+@pytest.mark.spills
+def test_advise_cold_goes_first(dev):
+    """a.advise("cold"): evicted before the arrays in use, the newest
+    included, until its next use; "normal" undoes it; bad input raises and
+    changes nothing."""
+    a = sw.asarray(np.arange(N, dtype=np.float32), device=dev)
+    b = sw.asarray(np.arange(N, dtype=np.float32) + 1, device=dev)
+    a *= 1.0
+    b *= 1.0  # b used last
+    b.advise("cold")
+    assert not b.is_spilled  # nothing moves now
+    in_use = sw.memory_stats(dev)["in_use"]
+    sw.set_memory_budget(in_use - b.nbytes, dev)
+    assert b.is_spilled and not a.is_spilled
+    sw.set_memory_budget(None, dev)
+    b *= 1.0  # back, and used: ordinary again
+    a.advise("cold")
+    a.advise("normal")
+    sw.set_memory_budget(in_use - b.nbytes, dev)
+    assert a.is_spilled and not b.is_spilled  # plain LRU: a is older
+    sw.set_memory_budget(None, dev)
+    with pytest.raises(ValueError, match="cold"):
+        b.advise("warm")
+    with pytest.raises(ValueError, match="cold"):
+        b.advise(1)
+    with pytest.raises(TypeError):
+        b.advise()
+    np.testing.assert_array_equal(a.numpy(), np.arange(N, dtype=np.float32))
+    np.testing.assert_array_equal(b.numpy(),
+                                  np.arange(N, dtype=np.float32) + 1)
+    del a, b

@@ -42,7 +42,7 @@
 
 /* The demo's own options, beyond --device, --budget and --steps. */
 typedef struct {
-    bool sweep, json, no_prefetch;
+    bool sweep, json, no_prefetch, no_advise;
     /* --host-budget: bytes, or (host_quarter) a quarter of what run 2
      * spills at its end, live - budget */
     uint64_t host_budget;
@@ -687,6 +687,7 @@ static int sweep(sw_device *dev, const demo_opts *d)
                  demo_run_init(&r[0], &p, 0) != SW_OK ||
                  demo_run_init(&r[1], &p, 0) != SW_OK;
         p.prefetch = !d->no_prefetch;
+        p.advise = !d->no_advise;
         memcpy_meter m;
         meter_init(&m, bytes);
         if (rc == 0 && demo_warm_up(&p) != SW_OK)
@@ -767,6 +768,8 @@ static int demo_own_options(const cli_command *self, int *argc, char **argv,
             d->json = true;
         } else if (strcmp(a, "--no-prefetch") == 0) {
             d->no_prefetch = true;
+        } else if (strcmp(a, "--no-advise") == 0) {
+            d->no_advise = true;
         } else if (strcmp(a, "--host-budget") == 0) {
             if (i + 1 >= *argc)
                 return cli_usage_error(self, "%s needs a value", a);
@@ -838,6 +841,7 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
     } else {
         rc = demo_setup(dev, o.count, o.budget, &p, r);
         p.prefetch = !d.no_prefetch;
+        p.advise = !d.no_advise;
         rc = rc || demo_runs(&p, r, &d);
     }
 

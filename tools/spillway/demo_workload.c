@@ -75,6 +75,7 @@ int demo_pipeline_init(demo_pipeline *p, sw_device *dev, size_t steps,
     p->bytes = bytes;
     p->n = bytes / sizeof(float);
     p->prefetch = true;
+    p->advise = true;
     p->x = calloc(steps, sizeof *p->x);
     p->host = malloc(bytes);
     if (p->x == NULL || p->host == NULL)
@@ -212,6 +213,11 @@ static int backward_step(demo_pipeline *p, size_t k, uint64_t *sum_bits)
                          err);
     if ((err = sw_op_sum(p->acc, SW_FLOAT32, p->n, &sum)) != SW_OK)
         return op_failed(p, "backward", k, "sw_op_sum(acc)", err);
+    /* x[k] is consumed: not needed again until the final check. */
+    if (p->advise && (err = sw_buffer_advise(p->x[k], SW_ADVISE_COLD)) !=
+                         SW_OK)
+        return op_failed(p, "backward", k, "sw_buffer_advise(x[k], cold)",
+                         err);
     memcpy(&sum_bits[k], &sum.f, sizeof sum_bits[k]);
     return 0;
 }

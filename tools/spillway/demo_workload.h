@@ -13,7 +13,10 @@
  *     acc += a_k * x[k];  checkpoint sum(acc)
  *
  * with sw_op_axpy and sw_op_sum, prefetching x[k-1] (sw_buffer_prefetch)
- * before step k's work, so that the next restore's copy overlaps it.  The
+ * before step k's work, so that the next restore's copy overlaps it, and
+ * advising x[k] cold once consumed (sw_buffer_advise): it is not needed
+ * again until the final check, and is evicted before the arrays still to
+ * come (in LRU order the next step's array and x[0] went first).  The
  * live set grows to N + 1 arrays while
  * a step uses at most four of them (and one operation at most two), so
  * under a budget of a quarter of the live set the early arrays are spilled
@@ -54,6 +57,7 @@ typedef struct demo_pipeline {
     sw_buffer *acc;   /* the backward pass's accumulator */
     float *host;      /* one array's worth: x[0]'s data, then read-backs */
     bool prefetch;    /* the backward pass prefetches its next array */
+    bool advise;      /* ... and advises each array cold once consumed */
     char failed[160]; /* after a failure: the call that failed */
 } demo_pipeline;
 

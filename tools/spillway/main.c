@@ -79,6 +79,7 @@ static const cli_command commands[] = {
             "DIR/runN.json\n"
             "                        (and its picture, with spillway plot)\n"
             "  --no-prefetch         the backward pass does not prefetch\n"
+            "  --no-advise           nor advise consumed arrays cold\n"
             "  --host-budget SIZE    a host budget for run 2 (or 'quarter': "
             "a quarter of\n"
             "                        what it spills): past it, to disk\n",
