@@ -494,11 +494,13 @@ SW_API int sw_buffer_fill(sw_buffer *buf, size_t offset, size_t n,
  * weights, the next block of a pipeline -- so that the copy overlaps the
  * work of this step.  A no-op for a resident buffer (beyond ordering q
  * after it).  May spill others to make room, as any restore.  A buffer in
- * the spill file (sw_set_host_budget) with q NULL: the call returns once
- * its read is started; a prefetch thread reads it back and then queues
- * its copy, and a use, host access or free meanwhile waits for the read.
- * A read or copy that fails there leaves the buffer where it was, intact,
- * and its next use meets the error. */
+ * the spill file (sw_set_host_budget) with q NULL, on a device whose
+ * kernels do not run on the host's CPUs: the call returns once its read is
+ * started; a prefetch thread reads it back and then queues its copy, and
+ * a use, host access or free meanwhile waits for the read.  A read or copy
+ * that fails there leaves the buffer where it was, intact, and its next
+ * use meets the error.  $SPILLWAY_DISK_PREFETCH ("background", "inline")
+ * overrides the choice. */
 SW_API int sw_buffer_prefetch(sw_buffer *buf, sw_queue *q);
 
 /* What the owner knows of a buffer's next use, as madvise() tells the

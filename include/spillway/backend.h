@@ -93,6 +93,13 @@ typedef struct sw_device_props {
      * cl_mem): the core then checks operand alignment on the offset
      * alone. */
     int opaque_base;
+    /* Nonzero when the device's kernels run on the host's own CPUs (the
+     * simulated device, a CPU OpenCL device, the host backend): work done
+     * on the host in the background then takes CPU time from the kernels
+     * it would overlap, so the core does not do it there (a prefetch's
+     * read from the spill file stays the caller's).  0 (also what a
+     * backend written before it reports): a GPU or other accelerator. */
+    int host_compute;
 } sw_device_props;
 
 typedef struct sw_backend_ops {

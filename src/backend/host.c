@@ -305,6 +305,7 @@ static int host_open(int index, sw__bdev **out, sw__device_props *props)
     props->total = d->total;
     props->max_alloc = 0;
     props->host_addressable = 1;
+    props->host_compute = 1;
 #if SW__BACKEND_VERSION >= 3
     props->no_spill = 1;
 #endif

@@ -1176,6 +1176,7 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
      * address to give out through it (see docs/opencl.md). */
     props->host_addressable = 0;
     props->opaque_base = 1; /* cl_mem handles, not addresses */
+    props->host_compute = (type & CL_DEVICE_TYPE_CPU) != 0; /* PoCL's */
     /* The kernels of opencl.cl: every dtype, float64 and complex128 only
      * with cl_khr_fp64 (the core refuses them otherwise, saying why). */
     props->dtypes = SW__ALL_DTYPES;

@@ -943,6 +943,7 @@ static int sim_open(int index, sw__bdev **out, sw__device_props *props)
     props->total = cap;
     props->max_alloc = cap;
     props->host_addressable = 1;
+    props->host_compute = 1; /* its workers are host threads */
     props->dtypes = SW__ALL_DTYPES; /* sim_kernels.c covers them all */
     *out = dev;
     return SW_OK;

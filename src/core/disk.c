@@ -356,11 +356,19 @@ static int read_begin_locked(sw_device *dev, sw__buf *b, disk_rd *r)
     return SW_OK;
 }
 
-/* Without the lock. */
-static void read_io(disk_rd *r)
+/* Without the lock; alone: by this thread only (a background read). */
+static void read_io(disk_rd *r, bool alone)
 {
     r->ns0 = sw__now_ns();
-    r->err = r->fault ? EIO : disk_io(false, r->fd, r->p, r->n, r->off);
+    if (r->fault) {
+        r->err = EIO;
+    } else if (alone) {
+        sw__dio d = {false, r->fd, r->p, r->n, r->off, 0};
+        sw__dio_run_alone(&d, 1);
+        r->err = d.err;
+    } else {
+        r->err = disk_io(false, r->fd, r->p, r->n, r->off);
+    }
     r->ns1 = sw__now_ns();
 }
 
@@ -397,7 +405,7 @@ int sw__disk_read_locked(sw_device *dev, sw__buf *b)
         return rc;
     dev->waiting++;
     sw__unlock(dev);
-    read_io(&r);
+    read_io(&r, false);
     sw__lock(dev);
     dev->waiting--;
     return read_end_locked(dev, b, &r);
@@ -407,12 +415,15 @@ int sw__disk_read_locked(sw_device *dev, sw__buf *b)
  * Reads in the background: a prefetch of a buffer on disk
  *
  * sw_buffer_prefetch (without a queue) returns at once for a buffer in the
- * spill file: its read runs on the prefetch thread, which then queues its
+ * spill file, on a device that does not compute on the host's CPUs
+ * (background_wanted): its read runs on the prefetch thread, which then queues its
  * copy to the device as any prefetch does.  Meanwhile the buffer is
  * moving: a use, a host access or a free waits for the read (as for a
  * copy in flight), and a free that came meanwhile releases it at the end.
  * A read or a restore that fails leaves the buffer where it was, intact:
- * its next use does them again and says why.  No pressure callback runs
+ * its next use does them again and says why.  The read is the prefetch
+ * thread's alone, not cut in pieces for the I/O engine's threads: those
+ * serve a caller that waits.  No pressure callback runs
  * on that thread: a program's callbacks run on its own threads only.  One
  * thread for every device,
  * started when first needed; the read itself goes through the I/O engine
@@ -436,7 +447,12 @@ static struct {
 
 static void bg_run(bg_read *j)
 {
-    read_io(&j->r);
+    /* By this thread alone: no one waits for it, and the I/O threads'
+     * pieces would take the CPUs from the work it overlaps (on a 2-core
+     * machine whose device computes on the CPU, its reads measured 0.65 of
+     * a plain pread in pieces, against 0.95 in the foreground, for the
+     * same wall time). */
+    read_io(&j->r, true);
     sw_device *dev = j->dev;
     sw__buf *b = j->base;
     sw__lock(dev);
@@ -507,10 +523,26 @@ static bool bg_start_locked(void)
     return bg.started;
 }
 
+/* Whether prefetches of dev read in the background: not where the device
+ * computes on the host's CPUs (props.host_compute: sim, PoCL), where the
+ * read would take them from the kernels it overlaps -- measured on 2
+ * cores, the same wall time and reads at 0.65-0.7 of a plain pread --
+ * unless SPILLWAY_DISK_PREFETCH says "background" ("inline": never). */
+static bool background_wanted(const sw_device *dev)
+{
+    const char *s = getenv("SPILLWAY_DISK_PREFETCH");
+    if (s != NULL && strcmp(s, "background") == 0)
+        return true;
+    if (s != NULL && strcmp(s, "inline") == 0)
+        return false;
+    return !dev->props.host_compute;
+}
+
 int sw__disk_prefetch_locked(sw_device *dev, sw__buf *b)
 {
     sw__assert_locked(dev);
-    if (!b->on_disk || b->moving || b->state != SW_SPILLED)
+    if (!b->on_disk || b->moving || b->state != SW_SPILLED ||
+        !background_wanted(dev))
         return SW__DISK_INLINE;
     pthread_once(&bg_once, bg_register_atfork);
     bg_read *j = sw__malloc(sizeof *j);

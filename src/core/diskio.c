@@ -184,6 +184,12 @@ static void start_locked(void)
     }
 }
 
+void sw__dio_run_alone(sw__dio *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i].err = io_all(v[i].write, v[i].fd, v[i].p, v[i].n, v[i].off);
+}
+
 void sw__dio_run(sw__dio *v, size_t n)
 {
     size_t pieces = 0;

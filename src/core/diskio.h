@@ -27,6 +27,11 @@ typedef struct {
  * says. */
 void sw__dio_run(sw__dio *v, size_t n);
 
+/* The same by the calling thread alone: a transfer no one waits for
+ * (disk.c's background reads), which would take the CPUs from the work it
+ * overlaps if it were cut in pieces for the I/O threads. */
+void sw__dio_run_alone(sw__dio *v, size_t n);
+
 /* The I/O threads besides the caller (SPILLWAY_DISK_THREADS, read once;
  * default: the online CPUs less one, at most 3; 0: the caller alone). */
 int sw__dio_threads(void);

@@ -530,6 +530,8 @@ TEST(thread_disk_tier)
     test_require_spill();
     char dir[256];
     spill_dir(dir, sizeof dir);
+    /* Prefetches read in the background, whatever the device. */
+    ASSERT_EQ(setenv("SPILLWAY_DISK_PREFETCH", "background", 1), 0);
     sw_device *dev = test_device();
     uint64_t one = test_round(TD_N * 4);
     /* Room for each thread's pinned buffer and one more: most of the 12
@@ -620,6 +622,21 @@ TEST(disk_prefetch_in_background)
     fill_set(dev, b, 0);
     ASSERT_OK(sw_set_host_budget(dev, DB)); /* the copies landed: to disk */
     int k = -1;
+    for (int i = 0; i < DN && k < 0; i++)
+        if (on_disk(dev, b[i]))
+            k = i;
+    ASSERT_GE(k, 0);
+
+    /* Inline (a device that computes on the host's CPUs, by default, or
+     * SPILLWAY_DISK_PREFETCH=inline): read and queued before it returns. */
+    ASSERT_EQ(setenv("SPILLWAY_DISK_PREFETCH",
+                     dev->props.host_compute ? "" : "inline", 1), 0);
+    ASSERT_OK(sw_buffer_prefetch(b[k], NULL));
+    ASSERT_EQ(dstate(b[k]), SW_RESIDENT);
+    ASSERT_UEQ(dev->bg_reads, 0);
+    test_expect_pattern(b[k], 40 + (uint32_t)k);
+    ASSERT_EQ(setenv("SPILLWAY_DISK_PREFETCH", "background", 1), 0);
+    k = -1;
     for (int i = 0; i < DN && k < 0; i++)
         if (on_disk(dev, b[i]))
             k = i;

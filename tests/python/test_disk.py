@@ -137,11 +137,14 @@ def test_the_picture_has_the_disk_tier(budgets, tmp_path, fmt):
 
 
 @pytest.mark.spills
-def test_prefetch_from_disk_runs_in_the_background(budgets):
+def test_prefetch_from_disk_runs_in_the_background(budgets, monkeypatch):
     """a.prefetch() of an array in the spill file returns before its read
     is done; the array then reaches the device by itself, and an array
-    freed right after its prefetch leaves nothing behind."""
+    freed right after its prefetch leaves nothing behind.  (Background
+    reads are the default on accelerators; on a device that computes on
+    the host's CPUs, sim:0 and PoCL, only when asked.)"""
     import time
+    monkeypatch.setenv("SPILLWAY_DISK_PREFETCH", "background")
     dev = budgets
     sw.set_memory_budget(2 << 20, dev)
     want = [np.arange(N, dtype=np.float32) + i for i in range(6)]
