@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -162,7 +163,7 @@ void test_unpin(sw_buffer *buf)
     ASSERT_OK(sw_launch_end(owner_of(buf), arr, 1));
 }
 
-uint32_t test_pins_of(sw_device *dev, sw_buffer *b)
+sw_buffer_info test_buffer_info(sw_device *dev, sw_buffer *b)
 {
     uint64_t id = 0;
     ASSERT_OK(sw_buffer_id(b, &id));
@@ -170,15 +171,23 @@ uint32_t test_pins_of(sw_device *dev, sw_buffer *b)
     ASSERT_OK(sw_memory_snapshot(dev, NULL, 0, &count));
     sw_buffer_info *info = calloc(count + 1, sizeof *info);
     ASSERT_NOT_NULL(info);
-    ASSERT_OK(sw_memory_snapshot(dev, info, count, &count));
-    uint32_t pins = UINT32_MAX;
-    for (size_t i = 0; i < count; i++)
-        if (info[i].id == id)
-            pins = info[i].pins;
+    ASSERT_OK(sw_memory_snapshot(dev, info, count + 1, &count));
+    sw_buffer_info got;
+    bool found = false;
+    for (size_t i = 0; i < count && !found; i++)
+        if (info[i].id == id) {
+            got = info[i];
+            found = true;
+        }
     free(info);
-    if (pins == UINT32_MAX)
+    if (!found)
         FAIL("buffer %" PRIu64 " is not in the snapshot", id);
-    return pins;
+    return got;
+}
+
+uint32_t test_pins_of(sw_device *dev, sw_buffer *b)
+{
+    return test_buffer_info(dev, b).pins;
 }
 
 void test_unpin_free(sw_buffer *buf)

@@ -35,16 +35,7 @@ static void spill_all(sw_device *dev)
 /* Whether the snapshot says b has a clean copy on the host. */
 static int has_host_copy(sw_device *dev, sw_buffer *b)
 {
-    uint64_t id = 0;
-    ASSERT_OK(sw_buffer_id(b, &id));
-    sw_buffer_info info[64];
-    size_t count = 0;
-    ASSERT_OK(sw_memory_snapshot(dev, info, 64, &count));
-    for (size_t i = 0; i < count && i < 64; i++)
-        if (info[i].id == id)
-            return info[i].host_copy;
-    FAIL("buffer %" PRIu64 " is not in the snapshot", id);
-    return 0;
+    return test_buffer_info(dev, b).host_copy;
 }
 
 /* A buffer of CB bytes with pattern seed, spilled then brought back by a

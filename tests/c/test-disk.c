@@ -595,19 +595,7 @@ static sw_buffer_state wait_resident(sw_buffer *b)
 
 static bool on_disk(sw_device *dev, sw_buffer *b)
 {
-    uint64_t id = 0;
-    ASSERT_OK(sw_buffer_id(b, &id));
-    size_t n = 0;
-    ASSERT_OK(sw_memory_snapshot(dev, NULL, 0, &n));
-    sw_buffer_info *v = calloc(n + 1, sizeof *v);
-    ASSERT_NOT_NULL(v);
-    ASSERT_OK(sw_memory_snapshot(dev, v, n + 1, &n));
-    bool yes = false;
-    for (size_t i = 0; i < n; i++)
-        if (v[i].id == id)
-            yes = v[i].on_disk != 0;
-    free(v);
-    return yes;
+    return test_buffer_info(dev, b).on_disk != 0;
 }
 
 TEST(disk_prefetch_in_background)

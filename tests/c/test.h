@@ -239,6 +239,9 @@ void test_pin(sw_buffer *buf);
 void test_unpin(sw_buffer *buf);
 /* Unpin and free. */
 void test_unpin_free(sw_buffer *buf);
+/* b's entry in dev's snapshot (sw_memory_snapshot; fails the test if it
+ * has none). */
+sw_buffer_info test_buffer_info(sw_device *dev, sw_buffer *b);
 /* The pins on b's base now (from the snapshot). */
 uint32_t test_pins_of(sw_device *dev, sw_buffer *b);
 
