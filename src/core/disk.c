@@ -442,8 +442,17 @@ static struct {
     pthread_cond_t cv;
     bg_read *head, *tail;
     bool started;
+    bool paused; /* sw__disk_bg_pause: the tests' */
 } bg = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL,
-        false};
+        false, false};
+
+void sw__disk_bg_pause(bool pause)
+{
+    pthread_mutex_lock(&bg.mu);
+    bg.paused = pause;
+    pthread_cond_broadcast(&bg.cv);
+    pthread_mutex_unlock(&bg.mu);
+}
 
 static void bg_run(bg_read *j)
 {
@@ -479,7 +488,7 @@ static void *bg_main(void *arg)
     sw__tl_background = true; /* no callbacks, no OOMs (internal.h) */
     pthread_mutex_lock(&bg.mu);
     for (;;) {
-        while (bg.head == NULL)
+        while (bg.head == NULL || bg.paused)
             pthread_cond_wait(&bg.cv, &bg.mu);
         bg_read *j = bg.head;
         bg.head = j->next;

@@ -44,6 +44,9 @@ int sw__disk_read_locked(sw_device *dev, sw__buf *base);
  * read) changes nothing. */
 #define SW__DISK_INLINE 1
 int sw__disk_prefetch_locked(sw_device *dev, sw__buf *base);
+/* Hold the prefetch thread before its next read (pause) or let it go:
+ * for the tests, which check that a prefetch returned before its read. */
+void sw__disk_bg_pause(bool pause);
 /* Wait (the lock released meanwhile) until no background read of dev's is
  * left: device close. */
 void sw__disk_wait_reads_locked(sw_device *dev);

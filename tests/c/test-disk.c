@@ -632,13 +632,16 @@ TEST(disk_prefetch_in_background)
     uint64_t reads = test_info(dev).disk_read_bytes;
     ASSERT_OK(sw_trace_start(dev, NULL));
 
-    /* It returned before the read ended: the read's end takes the device
-     * lock, held here.  Then, nothing else asked, the buffer reaches the
-     * device by itself. */
+    /* It returns before the read: with the prefetch thread held, the read
+     * is pending, the buffer still on disk.  Let go, and nothing else
+     * asked, the buffer reaches the device by itself. */
+    sw__disk_bg_pause(true);
     ASSERT_OK(sw_buffer_prefetch(b[k], NULL));
     sw__lock(dev);
     ASSERT_UEQ(dev->bg_reads, 1);
     sw__unlock(dev);
+    ASSERT_EQ(dstate(b[k]), SW_SPILLED);
+    sw__disk_bg_pause(false);
     ASSERT_EQ(wait_resident(b[k]), SW_RESIDENT);
     ASSERT_FALSE(on_disk(dev, b[k]));
     ASSERT_UGE(test_info(dev).disk_read_bytes, reads + DB);
