@@ -687,24 +687,21 @@ SW_API int sw_buffer_prefetch(sw_buffer *h, sw_queue *qh)
         sw__wait_stable_locked(dev, base);
         base->pins--;
     }
-    /* In the spill file, and no queue to order now: its read runs in the
-     * background (disk.c), and the call returns at once. */
-    if (base->state == SW_SPILLED && base->on_disk && q == NULL)
-        rc = sw__disk_prefetch_locked(dev, base);
-    else
-        rc = SW__DISK_INLINE;
-    if (rc != SW__DISK_INLINE) {
-        /* started, or failed with nothing changed */
-    } else if (base->state == SW_SPILLED) {
-        base->pins++;
-        rc = sw__restore_locked(dev, base, q, true, 0);
-        sw__unpin_locked(dev, base);
-    } else if (q != NULL) {
-        /* Already there (or on its way): q is ordered after it as any
-         * first use on q is. */
-        rc = sw__order_use_locked(dev, base, q);
-    } else {
+    /* No queue to order now: a buffer in the spill file may be read in
+     * the background (disk.c), the call returning once that started (or
+     * failed, with nothing changed). */
+    rc = q == NULL ? sw__disk_prefetch_locked(dev, base) : SW__DISK_INLINE;
+    if (rc == SW__DISK_INLINE) {
         rc = SW_OK;
+        if (base->state == SW_SPILLED) {
+            base->pins++;
+            rc = sw__restore_locked(dev, base, q, true, 0);
+            sw__unpin_locked(dev, base);
+        } else if (q != NULL) {
+            /* Already there (or on its way): q is ordered after it as
+             * any first use on q is. */
+            rc = sw__order_use_locked(dev, base, q);
+        }
     }
     sw__unlock(dev);
     return rc;

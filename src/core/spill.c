@@ -129,39 +129,12 @@ static void xfer_attach_locked(sw_device *dev, sw__buf *base, sw__xfer *x)
     dev->xfers = base;
 }
 
-/* The END events of buffers superseded off x (see xfer_supersede_locked),
- * now that x is seen done; dropped when it is not (an error path, or the
- * device closing) or the history is off. */
-static void xfer_ends_locked(sw_device *dev, sw__xfer *x)
-{
-    uint64_t d0 = 0, d1 = 0;
-    bool emit = dev->tracing && x->done;
-    if (emit)
-        sw__trace_xfer_times_locked(dev, x, &d0, &d1);
-    while (x->ends != NULL) {
-        sw__xfer_end *e = x->ends;
-        x->ends = e->next;
-        if (emit) {
-            sw__buf fake;
-            memset(&fake, 0, sizeof fake);
-            fake.base = &fake;
-            fake.id = e->id;
-            memcpy(fake.tag, e->tag, sizeof fake.tag);
-            sw__trace_emit_timed(dev, x->kind == SW__XFER_SPILL
-                                          ? SW_TRACE_SPILL_END
-                                          : SW_TRACE_RESTORE_END,
-                                 &fake, e->size, x->rc != SW_OK, d0, d1);
-        }
-        sw__free(e);
-    }
-}
-
 static void xfer_unref_locked(sw_device *dev, sw__xfer *x)
 {
     if (--x->refs > 0)
         return;
     if (x->ends != NULL)
-        xfer_ends_locked(dev, x);
+        sw__trace_xfer_ends_locked(dev, x);
     if (x->ev != NULL)
         sw__b_event_release(dev->ops, x->ev);
     if (x->start != NULL)
@@ -268,16 +241,8 @@ static void xfer_finish_locked(sw_device *dev, sw__buf *base)
 static void xfer_supersede_locked(sw_device *dev, sw__buf *base)
 {
     sw__xfer *x = xfer_detach_locked(dev, base);
-    /* Its copy still ends in the history: when x is seen done.  (Without
-     * host memory for the note, the END is left out, as before.) */
-    sw__xfer_end *e = dev->tracing ? sw__malloc(sizeof *e) : NULL;
-    if (e != NULL) {
-        e->id = base->id;
-        e->size = base->alloc_size;
-        memcpy(e->tag, base->tag, sizeof e->tag);
-        e->next = x->ends;
-        x->ends = e;
-    }
+    if (dev->tracing) /* its copy still ends in the history */
+        sw__trace_xfer_note_end_locked(dev, x, base);
     if (x->refs == 1 && x->start != NULL && !xfer_done_locked(dev, x)) {
         x->onext = dev->xfer_orphans;
         dev->xfer_orphans = x;

@@ -64,8 +64,9 @@ uint64_t sw__now_ns(void)
  * Recording
  * ---------------------------------------------------------------------- */
 
-static void emit(sw_device *dev, sw_trace_kind kind, const sw__buf *b,
-                 uint64_t size, uint32_t queue, uint64_t aux,
+/* An event about buffer id (0: none) tagged tag (NULL: none). */
+static void emit(sw_device *dev, sw_trace_kind kind, uint64_t id,
+                 const char *tag, uint64_t size, uint32_t queue, uint64_t aux,
                  uint64_t begin_ns, uint64_t end_ns)
 {
     sw__assert_locked(dev);
@@ -75,17 +76,16 @@ static void emit(sw_device *dev, sw_trace_kind kind, const sw__buf *b,
     ev.time_ns = now_ns();
     ev.kind = (uint32_t)kind;
     ev.queue = queue;
-    ev.buffer = b != NULL ? b->base->id : 0;
+    ev.buffer = id;
     ev.size = size;
     ev.aux = aux;
     ev.in_use = dev->in_use;
     ev.cached = dev->cached;
     ev.spilled = dev->spilled;
     ev.budget = dev->budget;
-    if (b != NULL)
-        memcpy(ev.tag, b->base->tag, sizeof ev.tag);
-    else
-        ev.tag[0] = '\0';
+    size_t n = tag != NULL ? strnlen(tag, sizeof ev.tag - 1) : 0;
+    memcpy(ev.tag, tag != NULL ? tag : "", n);
+    ev.tag[n] = '\0';
     ev.host_copies = dev->host_copies;
     ev.spilled_disk = dev->spilled_disk;
     ev.dev_begin_ns = begin_ns;
@@ -100,14 +100,49 @@ static void emit(sw_device *dev, sw_trace_kind kind, const sw__buf *b,
 void sw__trace_emit(sw_device *dev, sw_trace_kind kind, const sw__buf *b,
                     uint64_t size, uint32_t queue, uint64_t aux)
 {
-    emit(dev, kind, b, size, queue, aux, 0, 0);
+    emit(dev, kind, b != NULL ? b->base->id : 0,
+         b != NULL ? b->base->tag : NULL, size, queue, aux, 0, 0);
 }
 
 void sw__trace_emit_timed(sw_device *dev, sw_trace_kind kind,
                           const sw__buf *b, uint64_t size, uint64_t aux,
                           uint64_t begin_ns, uint64_t end_ns)
 {
-    emit(dev, kind, b, size, 0, aux, begin_ns, end_ns);
+    emit(dev, kind, b->base->id, b->base->tag, size, 0, aux, begin_ns,
+         end_ns);
+}
+
+void sw__trace_xfer_note_end_locked(sw_device *dev, sw__xfer *x,
+                                    const sw__buf *base)
+{
+    sw__assert_locked(dev);
+    /* Without host memory for the note, the END is left out. */
+    sw__xfer_end *e = sw__malloc(sizeof *e);
+    if (e == NULL)
+        return;
+    e->id = base->id;
+    e->size = base->alloc_size;
+    memcpy(e->tag, base->tag, sizeof e->tag);
+    e->next = x->ends;
+    x->ends = e;
+}
+
+void sw__trace_xfer_ends_locked(sw_device *dev, sw__xfer *x)
+{
+    sw__assert_locked(dev);
+    uint64_t d0 = 0, d1 = 0;
+    bool record = dev->tracing && x->done;
+    if (record)
+        sw__trace_xfer_times_locked(dev, x, &d0, &d1);
+    while (x->ends != NULL) {
+        sw__xfer_end *e = x->ends;
+        x->ends = e->next;
+        if (record)
+            emit(dev, x->kind == SW__XFER_SPILL ? SW_TRACE_SPILL_END
+                                                : SW_TRACE_RESTORE_END,
+                 e->id, e->tag, e->size, 0, x->rc != SW_OK, d0, d1);
+        sw__free(e);
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -138,14 +173,14 @@ void sw__trace_anchor_locked(sw_device *dev, sw__bqueue *q)
     sw__assert_locked(dev);
     sw__trace *t = &dev->trace;
     if (!dev->tracing || t->anchor != NULL || q == NULL ||
-        dev->ops->version < 4 || dev->ops->event_elapsed == NULL ||
         !sw__b_queue_idle(dev, q))
         return;
-    sw__bevent *ev = NULL;
-    /* Not sw__b_event_record_q: no fault is injected into the history's
-     * own bookkeeping, and failing here changes nothing. */
+    /* A timing event as the copies' start events are (NULL where the
+     * backend cannot time events; no fault is injected into it, and
+     * failing here changes nothing). */
     uint64_t at = now_ns();
-    if (dev->ops->event_record(q, &ev) != SW_OK || ev == NULL)
+    sw__bevent *ev = sw__b_timing_start(dev, q);
+    if (ev == NULL)
         return;
     t->anchor = ev;
     t->anchor_ns = at;
@@ -191,11 +226,7 @@ void sw__trace_oom(sw_device *dev, uint64_t size, const char *tag,
     *cell = copy;
     if (copy != NULL)
         memcpy(copy, report, len);
-    sw__buf fake;
-    memset(&fake, 0, sizeof fake);
-    fake.base = &fake;
-    snprintf(fake.tag, sizeof fake.tag, "%s", tag ? tag : "");
-    sw__trace_emit(dev, SW_TRACE_OOM, &fake, size, 0, slot);
+    emit(dev, SW_TRACE_OOM, 0, tag, size, 0, slot, 0, 0);
 }
 
 static void trace_clear_locked(sw_device *dev)
