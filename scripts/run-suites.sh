@@ -151,6 +151,14 @@ for i in "${!names[@]}"; do
         "${nfail[$i]}" "${nskip[$i]}" "${secs[$i]}" "${results[$i]}"
 done
 printf 'logs: %s/\n' "$LOG_DIR"
+# What failed, by name, where a CI log that keeps only the last lines
+# still shows it: the first lines of each failing suite's log that say so.
+for i in "${!names[@]}"; do
+    ((${nfail[$i]} > 0)) || continue
+    grep -m 6 -E '^(FAIL |FAILED |ERROR |not ok )|^E +[A-Za-z]+Error|ERROR: (Address|Leak|ThreadSanitizer|UndefinedBehavior)|WARNING: ThreadSanitizer|runtime error:' \
+        "$LOG_DIR/${names[$i]}.log" 2>/dev/null | cut -c1-230 |
+        sed "s/^/${names[$i]}: /" || true
+done
 printf '%s\n' "========================================================================"
 printf '%d passed, %d failed, %d skipped\n' "$total_pass" "$total_fail" "$total_skip"
 ((total_fail == 0))
