@@ -18,7 +18,8 @@ Run under any interpreter (the GIL build's or 3.13t's); `make bench` runs
 it under both, on their own release builds, and prints the comparison
 (--compare GIL_JSON FT_JSON): the goals are >= 1.7x the 1-thread
 throughput at 2 threads on 3.13t, and a 1-thread cost on 3.13t within
-1.3x of the GIL build's.
+1.3x of the GIL build's.  bench_lock (C) measures the device lock alone:
+2 threads on one device against 2 on two devices.
 
 Usage: bench_threads.py [--build DIR] [--quick] [--json FILE]
        bench_threads.py --compare GIL_JSON FT_JSON

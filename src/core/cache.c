@@ -45,6 +45,18 @@ static void cache_unlink(sw__cache *c, sw__cblock *b)
     c->count--;
 }
 
+/* A record no longer in use: kept for the next put, up to a bound. */
+static void record_put(sw__cache *c, sw__cblock *b)
+{
+    if (c->nspare >= SW__CACHE_SPARE) {
+        sw__free(b);
+        return;
+    }
+    b->bnext = c->spare;
+    c->spare = b;
+    c->nspare++;
+}
+
 /* Takes a cached block of exactly size bytes, the most recently freed. */
 bool sw__cache_take_locked(sw_device *dev, size_t size, uintptr_t *mem)
 {
@@ -55,7 +67,7 @@ bool sw__cache_take_locked(sw_device *dev, size_t size, uintptr_t *mem)
             cache_unlink(c, b);
             *mem = b->mem;
             dev->cached -= size;
-            sw__free(b);
+            record_put(c, b);
             SW__TRACE(dev, SW_TRACE_CACHE_HIT, NULL, size, 0, 0);
             return true;
         }
@@ -69,7 +81,13 @@ void sw__cache_put_locked(sw_device *dev, uintptr_t mem, size_t size)
 {
     sw__assert_locked(dev);
     sw__cache *c = &dev->cache;
-    sw__cblock *b = sw__malloc(sizeof *b);
+    sw__cblock *b = c->spare;
+    if (b != NULL) {
+        c->spare = b->bnext;
+        c->nspare--;
+    } else {
+        b = sw__malloc(sizeof *b);
+    }
     if (b == NULL) {
         (void)sw__b_free(dev, mem, size);
         return;
@@ -103,7 +121,7 @@ void sw__cache_trim_oldest_locked(sw_device *dev)
     dev->cached -= b->size;
     SW__TRACE(dev, SW_TRACE_CACHE_TRIM, NULL, b->size, 0, 0);
     (void)sw__b_free(dev, b->mem, b->size);
-    sw__free(b);
+    record_put(&dev->cache, b);
 }
 
 void sw__cache_drain_locked(sw_device *dev)
@@ -111,6 +129,14 @@ void sw__cache_drain_locked(sw_device *dev)
     sw__assert_locked(dev);
     while (dev->cache.oldest != NULL)
         sw__cache_trim_oldest_locked(dev);
+    /* And the spare records: drained at close, and when memory is short. */
+    sw__cache *c = &dev->cache;
+    while (c->spare != NULL) {
+        sw__cblock *b = c->spare;
+        c->spare = b->bnext;
+        sw__free(b);
+    }
+    c->nspare = 0;
 }
 
 SW_API int sw_empty_cache(sw_device *dev)

@@ -202,7 +202,15 @@ typedef struct sw__cache {
     sw__cblock *bucket[SW__CACHE_BUCKETS];
     sw__cblock *oldest, *newest;
     size_t count;
+    /* Records of blocks taken, kept for the next put (at most
+     * SW__CACHE_SPARE): a free and an allocation from two threads would
+     * otherwise each call malloc and free under the device lock, the
+     * record made by one thread freed by the other (into its arena). */
+    sw__cblock *spare;
+    size_t nspare;
 } sw__cache;
+
+#define SW__CACHE_SPARE 64u
 
 /* ------------------------------------------------------------------------
  * Devices
