@@ -12,9 +12,18 @@
 #include <string.h>
 #include <structmember.h>
 
-PyObject *sw_py_array_wrap(sw_py_state *st, DeviceObject *d, sw_buffer *buf,
-                           sw_dtype dt, int ndim, const Py_ssize_t *shape,
-                           size_t nelem)
+/* What of the caller's the new Array takes over (each a count the Array
+ * would otherwise make and the caller drop: atomic writes to the Device's
+ * shared fields, which threads using one Device would all contend for). */
+enum {
+    TAKE_USE = 1, /* the count of d's users (sw_py_device_try_use) */
+    TAKE_REF = 2  /* a reference to d (also dropped on failure) */
+};
+
+/* An Array for buf on d (buf's reference taken: freed on failure). */
+static PyObject *wrap(sw_py_state *st, DeviceObject *d, sw_buffer *buf,
+                      sw_dtype dt, int ndim, const Py_ssize_t *shape,
+                      size_t nelem, int take)
 {
     ArrayObject *a =
         sw_py_state_alive(st)
@@ -22,10 +31,14 @@ PyObject *sw_py_array_wrap(sw_py_state *st, DeviceObject *d, sw_buffer *buf,
             : NULL;
     if (a == NULL) {
         NOGIL((void)sw_buffer_free(buf));
+        if (take & TAKE_USE)
+            sw_py_device_unuse(d);
+        if (take & TAKE_REF)
+            Py_DECREF(d);
         return NULL;
     }
     a->buf = buf;
-    a->device = (DeviceObject *)Py_NewRef(d);
+    a->device = take & TAKE_REF ? d : (DeviceObject *)Py_NewRef(d);
     a->ext = NULL;
     a->weakreflist = NULL;
     a->nelem = nelem;
@@ -33,7 +46,8 @@ PyObject *sw_py_array_wrap(sw_py_state *st, DeviceObject *d, sw_buffer *buf,
     a->dtype = dt;
     if (ndim > 0)
         memcpy(a->shape, shape, (size_t)ndim * sizeof(Py_ssize_t));
-    sw_py_device_use(d);
+    if (!(take & TAKE_USE))
+        sw_py_device_use(d);
     PyObject_GC_Track(a);
     /* The test suite's list of new Arrays (testapi.c), swapped by another
      * thread at any time: a reference of ours while appending.  Only while
@@ -56,6 +70,13 @@ PyObject *sw_py_array_wrap(sw_py_state *st, DeviceObject *d, sw_buffer *buf,
         }
     }
     return (PyObject *)a;
+}
+
+PyObject *sw_py_array_wrap(sw_py_state *st, DeviceObject *d, sw_buffer *buf,
+                           sw_dtype dt, int ndim, const Py_ssize_t *shape,
+                           size_t nelem)
+{
+    return wrap(st, d, buf, dt, ndim, shape, nelem, 0);
 }
 
 PyObject *sw_py_array_wrap_view(sw_py_state *st, ArrayObject *src,
@@ -97,23 +118,43 @@ int sw_py_sync_if_exported(sw_py_state *st, DeviceObject *d)
     return 0;
 }
 
-PyObject *sw_py_array_alloc(sw_py_state *st, DeviceObject *d, sw_dtype dt,
-                            int ndim, const Py_ssize_t *shape, size_t nelem,
-                            const char *tag)
+static PyObject *array_alloc(sw_py_state *st, DeviceObject *d,
+                             sw_dtype dt, int ndim, const Py_ssize_t *shape,
+                             size_t nelem, const char *tag, int take)
 {
     sw_buffer *buf = NULL;
     size_t nbytes = nelem * sw_py_dtypes[dt].size;
     int rc;
-    /* Counted as a user: a close() meanwhile waits for this call. */
+    /* Counted as a user: a close() meanwhile waits for this call; the
+     * count becomes the Array's. */
     sw_device *dev = sw_py_device_try_use(d);
-    if (dev == NULL)
-        return sw_py_raise(st, SW_PY_CLOSED);
-    NOGIL_ALLOC(rc, sw_buffer_alloc(dev, nbytes, tag, &buf));
-    PyObject *r = rc == SW_OK
-                      ? sw_py_array_wrap(st, d, buf, dt, ndim, shape, nelem)
-                      : sw_py_raise(st, rc);
-    sw_py_device_unuse(d);
-    return r;
+    if (dev == NULL) {
+        sw_py_raise(st, SW_PY_CLOSED);
+    } else {
+        NOGIL_ALLOC(rc, sw_buffer_alloc(dev, nbytes, tag, &buf));
+        if (rc == SW_OK)
+            return wrap(st, d, buf, dt, ndim, shape, nelem, take | TAKE_USE);
+        sw_py_raise(st, rc);
+        sw_py_device_unuse(d);
+    }
+    if (take & TAKE_REF)
+        Py_DECREF(d);
+    return NULL;
+}
+
+PyObject *sw_py_array_alloc(sw_py_state *st, DeviceObject *d, sw_dtype dt,
+                            int ndim, const Py_ssize_t *shape, size_t nelem,
+                            const char *tag)
+{
+    return array_alloc(st, d, dt, ndim, shape, nelem, tag, 0);
+}
+
+PyObject *sw_py_array_alloc_ref(sw_py_state *st, DeviceObject *d,
+                                sw_dtype dt, int ndim,
+                                const Py_ssize_t *shape, size_t nelem,
+                                const char *tag)
+{
+    return array_alloc(st, d, dt, ndim, shape, nelem, tag, TAKE_REF);
 }
 
 PyObject *sw_py_array_from_host(sw_py_state *st, DeviceObject *d,

@@ -56,6 +56,12 @@ PyObject *sw_py_array_wrap_view(sw_py_state *st, ArrayObject *src,
 PyObject *sw_py_array_alloc(sw_py_state *st, DeviceObject *d, sw_dtype dt,
                             int ndim, const Py_ssize_t *shape, size_t nelem,
                             const char *tag);
+/* The same, taking the caller's reference to d (dropped on failure): one
+ * count fewer on the Device that every thread using it shares. */
+PyObject *sw_py_array_alloc_ref(sw_py_state *st, DeviceObject *d,
+                                sw_dtype dt, int ndim,
+                                const Py_ssize_t *shape, size_t nelem,
+                                const char *tag);
 /* -1 with ValueError when the array's device was closed. */
 int sw_py_array_check_device(ArrayObject *a);
 /* After an operation: while a DLPack export of the device's memory lives,

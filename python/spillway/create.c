@@ -108,12 +108,12 @@ static PyObject *make_array(PyObject *m, const char *fname,
     DeviceObject *d = device_of_args(st, v[2], q, fname);
     if (d == NULL)
         return NULL;
-    PyObject *r = sw_py_array_alloc(st, d, dt, ndim, shape, nelem, tag);
+    /* d's reference becomes the Array's. */
+    PyObject *r = sw_py_array_alloc_ref(st, d, dt, ndim, shape, nelem, tag);
     if (r != NULL && what != 0 &&
         (sw_py_fill(st, (ArrayObject *)r, value, q) < 0 ||
-         sw_py_sync_if_exported(st, d) < 0))
+         sw_py_sync_if_exported(st, ((ArrayObject *)r)->device) < 0))
         Py_CLEAR(r);
-    Py_DECREF(d);
     return r;
 }
 
