@@ -15,7 +15,7 @@
  *
  * Usage: bench_spill [--quick]
  */
-#include "spillway.h"
+#include "bench.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -24,23 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-#define CHECK(call)                                                           \
-    do {                                                                      \
-        int rc_ = (call);                                                     \
-        if (rc_ != SW_OK) {                                                   \
-            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__,      \
-                    #call, sw_err_name(rc_), sw_last_error());                \
-            exit(1);                                                          \
-        }                                                                     \
-    } while (0)
 
 static sw_memory_info info(sw_device *dev)
 {

@@ -14,29 +14,12 @@
  *
  * Usage: bench_trace [--quick]
  */
-#include "spillway.h"
+#include "bench.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define CHECK(call)                                                           \
-    do {                                                                      \
-        int rc_ = (call);                                                     \
-        if (rc_ != SW_OK) {                                                   \
-            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__,      \
-                    #call, sw_err_name(rc_), sw_last_error());                \
-            exit(1);                                                          \
-        }                                                                     \
-    } while (0)
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double alloc_free_ns(sw_device *dev, long iters)
 {
