@@ -152,11 +152,7 @@ void sw__buf_init_base(sw__buf *b, size_t size, const char *tag)
     b->heap_idx = SW__NOT_IN_HEAP;
     b->heap_key = 0;
     b->tmp_next = NULL;
-    /* Truncated like snprintf, without its formatting (under the device
-     * lock, on every allocation). */
-    size_t n = tag != NULL ? strnlen(tag, sizeof b->tag - 1) : 0;
-    memcpy(b->tag, tag != NULL ? tag : "", n);
-    b->tag[n] = '\0';
+    sw__copy_tag(b->tag, sizeof b->tag, tag);
 }
 
 SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,

@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/handle.h"
 
@@ -138,6 +139,16 @@ static inline sw__buf *sw__buf_of(const sw_buffer *h)
 static inline sw_buffer *sw__buf_handle(const sw__buf *b)
 {
     return (sw_buffer *)sw__handle_of(&sw__buf_pool, b);
+}
+
+/* tag (NULL: none) into dst[cap], truncated like snprintf without its
+ * formatting: a buffer's on every allocation, an event's on every record,
+ * both under the device lock. */
+static inline void sw__copy_tag(char *dst, size_t cap, const char *tag)
+{
+    size_t n = tag != NULL ? strnlen(tag, cap - 1) : 0;
+    memcpy(dst, tag != NULL ? tag : "", n);
+    dst[n] = '\0';
 }
 
 /* A batch of copies between device and host memory in flight on the copy

@@ -83,9 +83,7 @@ static void emit(sw_device *dev, sw_trace_kind kind, uint64_t id,
     ev.cached = dev->cached;
     ev.spilled = dev->spilled;
     ev.budget = dev->budget;
-    size_t n = tag != NULL ? strnlen(tag, sizeof ev.tag - 1) : 0;
-    memcpy(ev.tag, tag != NULL ? tag : "", n);
-    ev.tag[n] = '\0';
+    sw__copy_tag(ev.tag, sizeof ev.tag, tag);
     ev.host_copies = dev->host_copies;
     ev.spilled_disk = dev->spilled_disk;
     ev.dev_begin_ns = begin_ns;
