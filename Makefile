@@ -103,9 +103,10 @@ ALL_SUITES += python-ft-tsan 'FT_TSAN=1 MESON_OPTS="$(MESON_OPTS)" scripts/test-
 # The command-line program (tests/cli): build/spillway run as a user would.
 ALL_SUITES += cli       'SPILLWAY_BUILD_DIR=build $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/cli'
 # The installed package (scripts/test-installed.sh): the sdist, a wheel
-# built from it and installed with [dask] into a fresh venv, where the
-# Python suite, the entry points, the program and the Dask example run; and
-# a C program built with pkg-config alone against `meson install`.
+# built from it and installed with [dask,plot,test] into a fresh venv, where
+# the Python suite, the entry points, the program and the Python examples
+# run; and a C program and examples/quickstart.c built with pkg-config
+# alone against `meson install`.
 ALL_SUITES += installed 'scripts/test-installed.sh'
 # Bring your own device: examples/backend/membank.c built against the
 # installed headers with pkg-config alone, loaded through SPILLWAY_BACKENDS

@@ -14,15 +14,19 @@
 #              are .venv's pinned ones
 #   3. venv    a fresh virtual environment of the machine's Python (the one
 #              .venv was made from), the wheel installed into it with its
-#              dask, plot and test extras, every version as requirements.txt
-#              pins it (from PyPI, through pip's cache)
+#              dask, plot and test extras, and PyOpenCL (not spillway's:
+#              examples/pyopencl_kernels.py's own kernel runs through it),
+#              every version as requirements.txt pins it (from PyPI,
+#              through pip's cache)
 #   4. c-lib   the C library from the unpacked sdist: configured with a
 #              temporary prefix, the library and the program built, `meson
 #              install`ed
 #   5. pytest  in the fresh environment, from an empty folder: the sdist's
 #              tests/installed (imports in every order, the entry points,
 #              the console program, examples/dask_pipeline.py with worker
-#              processes, a C program built with pkg-config alone) and
+#              processes, examples/quickstart.py and pyopencl_kernels.py,
+#              a C program and examples/quickstart.c built with pkg-config
+#              alone) and
 #              tests/python with SPILLWAY_TEST_INSTALLED=1 (every test that
 #              does not need the test-only module)
 #
@@ -107,7 +111,7 @@ make_venv() {
     env -u PYTHONPATH -u VIRTUAL_ENV "$BASE_PY" -m venv "$WORK/venv" &&
         env -u PYTHONPATH -u VIRTUAL_ENV PATH="$CLEAN_PATH" \
             "$WORK/venv/bin/python" -m pip install --disable-pip-version-check \
-            -c "$ROOT/requirements.txt" "$WHEEL[dask,plot,test]"
+            -c "$ROOT/requirements.txt" "$WHEEL[dask,plot,test]" pyopencl
 }
 step venv make_venv
 

@@ -169,6 +169,39 @@ def test_example_dask_pipeline(tmp_path):
     assert " spills" in out
 
 
+def test_example_quickstart(tmp_path):
+    """examples/quickstart.py: arrays under a budget, spills, the summary,
+    the history and its picture (matplotlib: the plot extra)."""
+    out = run([sys.executable, SRC / "examples" / "quickstart.py",
+               "--out", tmp_path], tmp_path)
+    assert "ok: every result matched NumPy" in out, out
+    assert "spillway memory summary" in out and " spills" in out, out
+    assert (tmp_path / "quickstart-memory.json").stat().st_size > 0
+    png = (tmp_path / "quickstart-memory.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n"), png[:16]
+
+
+def test_example_pyopencl_kernels(tmp_path):
+    """examples/pyopencl_kernels.py: the user's own PyOpenCL kernel on
+    spillway's memory under a budget, on opencl:0 (PoCL), or a skip."""
+    out = run([sys.executable, SRC / "examples" / "pyopencl_kernels.py"],
+              tmp_path)
+    if out.startswith("skipped:"):
+        pytest.skip(out.strip())
+    assert "ok: every layer matched NumPy bit for bit" in out, out
+    assert " spills" in out
+
+
+def test_example_pyopencl_kernels_without_opencl(tmp_path):
+    """No OpenCL platform (the ICD loader pointed at an empty folder): the
+    example says so and exits 0."""
+    icd = tmp_path / "no-icds"
+    icd.mkdir()
+    out = run([sys.executable, SRC / "examples" / "pyopencl_kernels.py"],
+              tmp_path, OCL_ICD_VENDORS=str(icd))
+    assert out.startswith("skipped:") and "OpenCL" in out, out
+
+
 def shipped_programs():
     """The programs the wheel installs into bin/: its console and GUI
     entry points and its scripts (the C command-line program)."""
@@ -231,6 +264,20 @@ def test_c_program_with_pkg_config(tmp_path):
     run([cc, "-std=c11", src, *pkg_config("--cflags", "--libs"),
          f"-Wl,-rpath,{libdir}", "-o", tmp_path / "rpath"], tmp_path)
     assert run([tmp_path / "rpath"], tmp_path).startswith("ok:")
+
+
+@needs_prefix
+def test_example_quickstart_c_with_pkg_config(tmp_path):
+    """examples/quickstart.c, built as its comment says: pkg-config alone,
+    -Wall -Wextra -Werror, the rpath for the temporary prefix."""
+    libdir = pkg_config("--variable=libdir")[0]
+    cc = os.environ.get("CC", "cc")
+    run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror",
+         SRC / "examples" / "quickstart.c",
+         *pkg_config("--cflags", "--libs"), f"-Wl,-rpath,{libdir}",
+         "-o", tmp_path / "quickstart"], tmp_path)
+    out = run([tmp_path / "quickstart"], tmp_path)
+    assert "ok: spilled, restored, pinned and checked" in out, out
 
 
 @needs_prefix
