@@ -103,23 +103,24 @@ int main(void)
     expect(state == SW_SPILLED, "x0, the least recently used, was spilled");
 
     /* 3. Your own kernel, through launch pins: acc[j] += x_i[j] for every
-     * buffer.  sw_launch_begin makes acc and x_i resident in one pass
-     * (restoring a spilled one, spilling others but never these two),
-     * pins them and hands out their memory; on a host-addressable device
-     * base + offset is a host pointer.  A restore's copy is queued on the
-     * device, so wait for it before touching the memory from the host
-     * (sw_launch_begin_q(NULL, ...), a pin for the host, does that wait
-     * itself).  sw_launch_end unpins them: they may move again. */
+     * buffer.  Here the kernel is this loop on the host's CPU, so the pin
+     * is the host's, sw_launch_begin_q with no queue: it makes acc and x_i
+     * resident in one pass (restoring a spilled one, spilling others but
+     * never these two), waits for the work queued on them (a restore's
+     * copy), pins them and hands out their memory; on a host-addressable
+     * device base + offset is a host pointer.  (A kernel of your own on
+     * the device's queue takes sw_launch_begin, or sw_launch_begin_q with
+     * your queue: there the device orders it after the copy.)
+     * sw_launch_end_q unpins them: they may move again. */
     for (int i = 0; i < NBUF; i++) {
         sw_buffer *pair[2] = {acc, bufs[i]};
         sw_devmem mem[2];
-        CHECK(sw_launch_begin(dev, pair, 2, mem));
-        CHECK(sw_device_synchronize(dev));
+        CHECK(sw_launch_begin_q(NULL, pair, 2, mem));
         float *a = (float *)(mem[0].base + mem[0].offset);
         const float *x = (const float *)(mem[1].base + mem[1].offset);
         for (size_t j = 0; j < ELEMS; j++)
             a[j] += x[j];
-        CHECK(sw_launch_end(dev, pair, 2));
+        CHECK(sw_launch_end_q(NULL, pair, 2));
     }
     print_info(dev, "after 8 pinned launches");
 
