@@ -415,11 +415,15 @@ static PyMethodDef Queue_methods[] = {
      "from_native(handle, device=None)\n--\n\nA Queue over a stream or "
      "command queue you own (an int: a CUstream on cuda, a "
      "cl_command_queue on opencl, a hipStream_t on hip, an immediate "
-     "command list on ze, another Queue's .native): spillway's work and "
-     "pins on it are ordered as on any queue, and spillway never destroys "
-     "it -- keep it alive until this Queue and its work are gone.  "
-     "ValueError for 0, a stream of another device or context, or one the "
-     "runtime knows is destroyed."},
+     "command list on ze): spillway's work and pins on it are ordered as "
+     "on any queue, and spillway never destroys it -- keep it alive until "
+     "this Queue and its work are gone.  ValueError "
+     "for 0 or a negative int, anything spillway made (a Queue's .native: "
+     "use that Queue; a Device.native_context; on any device), a stream "
+     "of another device or context, and one the runtime knows is "
+     "destroyed.  OpenCL cannot tell a released queue, or another object "
+     "of the platform, from a live queue without reading through it: "
+     "never pass one (docs/python.md)."},
     {"record_event", (PyCFunction)(void (*)(void))Queue_record_event,
      METH_NOARGS,
      "record_event()\n--\n\nAn Event that completes when all work submitted "
