@@ -308,6 +308,9 @@ def test_from_native_bad_input(dev):
         sw.Queue.from_native(0, device=dev)
     with pytest.raises(TypeError, match="int"):
         sw.Queue.from_native("0x10", device=dev)
+    for b in (True, False, np.bool_(True)):
+        with pytest.raises(TypeError, match="int"):
+            sw.Queue.from_native(b, device=dev)
     with pytest.raises(ValueError, match="not an address"):
         sw.Queue.from_native(-5, device=dev)
     # Another device's queue and context: refused before a driver reads
@@ -355,6 +358,8 @@ def test_other_devices_handles_refused_on_opencl():
         with pytest.raises(ValueError, match="native context of"):
             sw.Queue.from_native(d.native_context, "opencl:0")
         del q
+    with pytest.raises(TypeError):
+        sw.Queue.from_native(True, "opencl:0")
     o = object()
     for h in (1, 0x1000, 1 << 40, id(o)):
         with pytest.raises(ValueError, match="not an OpenCL object"):
