@@ -746,8 +746,9 @@ SW_API int sw_queue_native(sw_queue *q, uintptr_t *handle);
  *  - on the simulated and host devices, every handle (they have no
  *    runtime but spillway; a destroyed queue's is told too);
  *  - a stream of another device or context, an out-of-order OpenCL
- *    queue, and a destroyed stream, where the runtime can tell (the CUDA,
- *    HIP and Level Zero drivers look handles up);
+ *    queue, and a destroyed stream, where the runtime can tell
+ *    (cuStreamGetCtx, hipStreamGetDevice, zeCommandListGetContextHandle;
+ *    the CPU stand-ins look every handle up);
  *  - on OpenCL, an integer with no memory behind it, or (on an ICD
  *    platform, cl_khr_icd: PoCL, every vendor's driver under the loader)
  *    memory that does not begin with the platform's dispatch table, both

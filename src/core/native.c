@@ -21,8 +21,9 @@
  * What cannot be told: a destroyed queue's handle is forgotten with it (its
  * address may be a new stream of the caller's by the time it comes back),
  * so only the runtime can say it is dead -- the simulated and host devices
- * and the CUDA, HIP and Level Zero drivers look handles up; OpenCL reads
- * through them (opencl.c checks what can be checked without that).
+ * look handles up, the CUDA, HIP and Level Zero backends ask their driver
+ * (the stand-ins look them up; a real driver may read through one), and
+ * OpenCL reads through them (opencl.c checks what it can without that).
  */
 #include "core/internal.h"
 #include "core/native.h"
