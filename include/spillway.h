@@ -726,16 +726,41 @@ SW_API int sw_launch_end_q(sw_queue *q, sw_buffer *const *bufs, size_t n);
 /* The runtime's own handles.  sw_queue_native gives q's stream as the
  * backend's runtime knows it: a CUstream (cuda), hipStream_t (hip),
  * cl_command_queue (opencl), an immediate ze_command_list_handle_t (ze),
- * or the simulated or host device's own queue.  Valid while q lives. */
+ * or the simulated or host device's own queue.  Valid while q lives; for
+ * a queue spillway made, sw_queue_wrap_native refuses it meanwhile. */
 SW_API int sw_queue_native(sw_queue *q, uintptr_t *handle);
 /* Adopt a stream or command queue the caller owns as a spillway queue on
  * dev: work spillway queues there, and the pins of sw_launch_begin_q, are
  * ordered as on any queue.  spillway never destroys it (OpenCL: it holds
  * a reference, clRetainCommandQueue, released with the queue); keep it
  * alive until the queue's last sw_queue_release and the work queued
- * before it are done.  SW_ERR_INVALID_ARG for 0 (the legacy default
- * stream), a handle of another device or context, an out-of-order OpenCL
- * queue, and a destroyed one where the runtime can tell;
+ * before it are done.
+ *
+ * SW_ERR_INVALID_ARG, *out NULL and nothing made, for:
+ *  - 0 (the legacy default stream; CUDA's and HIP's 0x1 and 0x2 too);
+ *  - anything spillway made, on any device, checked by spillway before a
+ *    driver sees it: a live queue's handle from sw_queue_native (it is
+ *    spillway's already: use that sw_queue, or sw_queue_retain it), the
+ *    default and copy queues, and a device's context
+ *    (sw_device_native_context) -- on its own device or another;
+ *  - on the simulated and host devices, every handle (they have no
+ *    runtime but spillway; a destroyed queue's is told too);
+ *  - a stream of another device or context, an out-of-order OpenCL
+ *    queue, and a destroyed stream, where the runtime can tell
+ *    (cuStreamGetCtx, hipStreamGetDevice, zeCommandListGetContextHandle;
+ *    the CPU stand-ins look every handle up);
+ *  - on OpenCL, an integer with no memory behind it, or (on an ICD
+ *    platform, cl_khr_icd: PoCL, every vendor's driver under the loader)
+ *    memory that does not begin with the platform's dispatch table, both
+ *    asked of the kernel without a load that could fault.
+ * What cannot be checked: OpenCL gives no way to tell a released command
+ * queue, or another object of the platform (a cl_mem, a program), from a
+ * live queue without reading through it, as pyopencl's from_int_ptr does
+ * not: the driver then does, and a stale handle is a use after free.  A
+ * real CUDA, HIP or Level Zero driver may read through an arbitrary
+ * integer too.  Pass only live queues of your own.  (A destroyed spillway
+ * queue's handle is forgotten with it: its address may be a new stream of
+ * yours by then.)
  * SW_ERR_UNSUPPORTED where the backend cannot adopt queues. */
 SW_API int sw_queue_wrap_native(sw_device *dev, uintptr_t handle,
                                 sw_queue **out);

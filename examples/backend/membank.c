@@ -46,7 +46,6 @@ static const sw_backend_host *host; /* set by sw_backend_entry */
 struct sw_bqueue {
     sw_bdev *dev;
     sw_bqueue *next; /* the device's queues (under the device lock) */
-    unsigned wraps;  /* spillway queues adopting it besides its maker */
 };
 
 struct sw_bdev {
@@ -200,10 +199,6 @@ static void mb_queue_destroy(sw_bqueue *q)
 {
     if (q == NULL || q == &q->dev->dq)
         return;
-    if (q->wraps > 0) {
-        q->wraps--;
-        return;
-    }
     sw_bqueue **pp = &q->dev->queues;
     while (*pp != q)
         pp = &(*pp)->next;
@@ -217,21 +212,20 @@ static int mb_queue_native(sw_bqueue *q, uintptr_t *handle)
     return SW_OK;
 }
 
-/* Only a live queue of this device is adopted (looked up, never read). */
+/* A stream of the runtime's own that a caller made, were there one: this
+ * device has no runtime but spillway, so every queue on it is spillway's
+ * own, which is never adopted (the core refuses those it handed out, and
+ * any a backend hands back).  Looked up, never read, to say which. */
 static int mb_queue_wrap(sw_bdev *d, uintptr_t handle, sw_bqueue **out)
 {
-    sw_bqueue *found = handle == (uintptr_t)&d->dq ? &d->dq : NULL;
-    for (sw_bqueue *q = d->queues; q != NULL && found == NULL; q = q->next)
-        if ((uintptr_t)q == handle)
-            found = q;
-    if (found == NULL)
-        return host->errorf(SW_ERR_INVALID_ARG, "membank:%d: %#llx is not "
-                            "a live queue of this device", d->index,
-                            (unsigned long long)handle);
-    if (found != &d->dq)
-        found->wraps++;
-    *out = found;
-    return SW_OK;
+    (void)out;
+    int found = handle == (uintptr_t)&d->dq;
+    for (sw_bqueue *q = d->queues; q != NULL && !found; q = q->next)
+        found = (uintptr_t)q == handle;
+    return host->errorf(SW_ERR_INVALID_ARG, "membank:%d: %#llx is %s",
+                        d->index, (unsigned long long)handle,
+                        found ? "spillway's own queue: use that queue itself"
+                              : "not a live queue of this device");
 }
 
 static int mb_native_context(sw_bdev *d, uintptr_t *context)

@@ -211,6 +211,12 @@ typedef struct sw_backend_ops {
     /* A queue over a stream the caller owns, checked to be one of this
      * device (and context), in order, and alive where the runtime can
      * tell (SW_ERR_INVALID_ARG, saying why, otherwise; handle is never 0).
+     * Never one of the backend's own queues (the default, the copy queue,
+     * one queue_create made): refuse those, saying to use the queue
+     * itself.  pre: handle is no handle the core handed out
+     * (queue_native, native_context, of any device); the core refuses
+     * any queue of its own handed back, destroying nothing.  Read through
+     * handle only where the runtime must: it may be any integer.
      * queue_destroy of it waits for its work and lets go of what it
      * holds, never destroying the stream itself. */
     int (*queue_wrap)(sw_bdev *dev, uintptr_t handle, sw_bqueue **out);

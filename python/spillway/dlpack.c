@@ -30,6 +30,8 @@
 #include "dlpack.h"
 #include "dtype.h"
 
+#include "core/native.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -283,15 +285,15 @@ static int dl_stream_orderable(const dl_request *req)
 /* The consumer's stream waits, on the device, for the work queued on buf
  * so far -- on the default queue and on the queues that used it -- instead
  * of the host waiting for the whole device: the stream adopted as a queue
- * (sw_queue_wrap_native), the default queue ordered after the others that
- * used buf (a pin on it), the stream after the default queue (a pin on
- * the stream), both pins ended at once (the lease keeps buf in place).
- * Without the GIL. */
+ * (sw_queue_wrap_native; a stream of spillway's own, Queue.native, is that
+ * queue), the default queue ordered after the others that used buf (a pin
+ * on it), the stream after the default queue (a pin on the stream), both
+ * pins ended at once (the lease keeps buf in place).  Without the GIL. */
 static int order_stream_nogil(sw_device *dev, sw_buffer *buf,
                               long long stream)
 {
     sw_queue *sq = NULL;
-    int rc = sw_queue_wrap_native(dev, (uintptr_t)stream, &sq);
+    int rc = sw__queue_wrap_native_or_own(dev, (uintptr_t)stream, &sq);
     if (rc != SW_OK)
         return rc;
     sw_devmem p;

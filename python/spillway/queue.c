@@ -382,7 +382,9 @@ static PyObject *Queue_from_native(PyTypeObject *type, PyObject *const *args,
     sw_py_state *st = sw_py_type_state(type);
     if (st == NULL || !sw_py_state_alive(st))
         return NULL;
-    if (!PyLong_Check(v[0])) {
+    /* A bool is an int to Python, never a handle: True is 1, an address
+     * a driver would read through. */
+    if (!PyLong_Check(v[0]) || PyBool_Check(v[0])) {
         PyErr_Format(PyExc_TypeError,
                      "Queue.from_native() takes the handle as an int (a "
                      "CUstream, cl_command_queue, ...: pyopencl's "
@@ -415,11 +417,15 @@ static PyMethodDef Queue_methods[] = {
      "from_native(handle, device=None)\n--\n\nA Queue over a stream or "
      "command queue you own (an int: a CUstream on cuda, a "
      "cl_command_queue on opencl, a hipStream_t on hip, an immediate "
-     "command list on ze, another Queue's .native): spillway's work and "
-     "pins on it are ordered as on any queue, and spillway never destroys "
-     "it -- keep it alive until this Queue and its work are gone.  "
-     "ValueError for 0, a stream of another device or context, or one the "
-     "runtime knows is destroyed."},
+     "command list on ze): spillway's work and pins on it are ordered as "
+     "on any queue, and spillway never destroys it -- keep it alive until "
+     "this Queue and its work are gone.  TypeError for a bool; ValueError "
+     "for 0 or a negative int, anything spillway made (a Queue's .native: "
+     "use that Queue; a Device.native_context; on any device), a stream "
+     "of another device or context, and one the runtime knows is "
+     "destroyed.  OpenCL cannot tell a released queue, or another object "
+     "of the platform, from a live queue without reading through it: "
+     "never pass one (docs/python.md)."},
     {"record_event", (PyCFunction)(void (*)(void))Queue_record_event,
      METH_NOARGS,
      "record_event()\n--\n\nAn Event that completes when all work submitted "

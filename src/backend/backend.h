@@ -58,4 +58,9 @@ int sw__thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
 int sw__errorf(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Copy n bytes at addr into dst if they can be read, asked of the kernel
+ * (never a load that could fault: memprobe.c): 1 copied, 0 unreadable, -1
+ * cannot tell (the system allows neither way). */
+int sw__mem_probe(uintptr_t addr, void *dst, size_t n);
+
 #endif /* SW_BACKEND_H */

@@ -1254,7 +1254,9 @@ static int cuda_queue_native(sw__bqueue *q, uintptr_t *handle)
 /* The caller's stream, which must be a stream of the device's primary
  * context (cuStreamGetCtx, where the driver has it: CUDA 9.2 on).  The
  * legacy and per-thread default streams (CU_STREAM_LEGACY 0x1,
- * CU_STREAM_PER_THREAD 0x2) are no stream objects: refused, as 0 is. */
+ * CU_STREAM_PER_THREAD 0x2) are no stream objects: refused, as 0 is, and
+ * so are spillway's own default and copy streams (the core refuses the
+ * others it handed out). */
 static int cuda_queue_wrap(sw__bdev *d, uintptr_t handle, sw__bqueue **out)
 {
     if (handle == 0x1 || handle == 0x2)
@@ -1262,6 +1264,13 @@ static int cuda_queue_wrap(sw__bdev *d, uintptr_t handle, sw__bqueue **out)
                           "default stream, which spillway does not adopt: "
                           "create a stream", d->index, (uintmax_t)handle,
                           handle == 0x1 ? "legacy" : "per-thread");
+    if (handle == (uintptr_t)d->dq.stream ||
+        (d->cq.stream != NULL && handle == (uintptr_t)d->cq.stream))
+        return sw__errorf(SW_ERR_INVALID_ARG, "cuda:%d: %#jx is spillway's "
+                          "own %s queue's stream: use that queue itself",
+                          d->index, (uintmax_t)handle,
+                          handle == (uintptr_t)d->dq.stream ? "default"
+                                                            : "copy");
     sw__bqueue *q = sw__calloc(1, sizeof *q);
     if (q == NULL)
         return sw__errorf(SW_ERR_HOST_OOM, "cuda:%d: no host memory for a "

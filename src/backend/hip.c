@@ -914,13 +914,18 @@ static int hip_queue_native(sw__bqueue *q, uintptr_t *handle)
 /* The caller's stream, which must be one of this device
  * (hipStreamGetDevice, where the runtime has it).  The legacy and
  * per-thread default streams (hipStreamLegacy 0x1, hipStreamPerThread 0x2)
- * are refused, as 0 is. */
+ * are refused, as 0 is, and so is spillway's own default stream (the core
+ * refuses the others it handed out). */
 static int hip_queue_wrap(sw__bdev *d, uintptr_t handle, sw__bqueue **out)
 {
     if (handle == 0x1 || handle == 0x2)
         return sw__errorf(SW_ERR_INVALID_ARG, "hip:%d: %#jx is a default "
                           "stream, which spillway does not adopt: create a "
                           "stream", d->index, (uintmax_t)handle);
+    if (handle == (uintptr_t)d->dq.stream)
+        return sw__errorf(SW_ERR_INVALID_ARG, "hip:%d: %#jx is spillway's "
+                          "own default queue's stream: use that queue "
+                          "itself", d->index, (uintmax_t)handle);
     if (HIP(hipStreamGetDevice) != NULL) {
         swhip_device dev = -1;
         hip__scope s;

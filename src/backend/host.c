@@ -47,6 +47,7 @@
 #include "backend.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,7 +236,6 @@ static void host__sum(sw_dtype d, const unsigned char *a, size_t n,
 struct sw__bqueue {
     sw__bdev *dev;
     sw__bqueue *next; /* in dev->queues (the device lock) */
-    unsigned wraps;   /* core queues adopting it besides its maker */
 };
 
 struct sw__bdev {
@@ -395,10 +395,6 @@ static void host_queue_destroy(sw__bqueue *q)
 {
     if (q == NULL || q == &q->dev->dq)
         return;
-    if (q->wraps > 0) {
-        q->wraps--;
-        return;
-    }
     sw__bqueue **pp = &q->dev->queues;
     while (*pp != q)
         pp = &(*pp)->next;
@@ -406,27 +402,31 @@ static void host_queue_destroy(sw__bqueue *q)
     sw__free(q);
 }
 
-/* A host queue's native handle is its address; adopting one looks it up
- * among the device's (never dereferencing a stranger). */
+/* A host queue's native handle is its address. */
 static int host_queue_native(sw__bqueue *q, uintptr_t *handle)
 {
     *handle = (uintptr_t)q;
     return SW_OK;
 }
 
+/* The host has no runtime but spillway: every queue of it is spillway's
+ * own, which the core never adopts (the default queue's address is also
+ * the device's context's).  Looked up among the device's, never
+ * dereferenced, to say which it is. */
 static int host_queue_wrap(sw__bdev *d, uintptr_t handle, sw__bqueue **out)
 {
-    sw__bqueue *found = handle == (uintptr_t)&d->dq ? &d->dq : NULL;
+    (void)out;
+    bool found = handle == (uintptr_t)&d->dq;
     for (sw__bqueue *q = d->queues; q && !found; q = q->next)
-        if ((uintptr_t)q == handle)
-            found = q;
-    if (found == NULL)
+        found = (uintptr_t)q == handle;
+    if (!found)
         return sw__errorf(SW_ERR_INVALID_ARG, "host:0: %#jx is not a live "
                           "queue of this device", (uintmax_t)handle);
-    if (found != &d->dq)
-        found->wraps++;
-    *out = found;
-    return SW_OK;
+    return sw__errorf(SW_ERR_INVALID_ARG, "host:0: %#jx is spillway's own "
+                      "%s: use that queue itself (the host has no stream of "
+                      "another runtime to adopt)", (uintmax_t)handle,
+                      handle == (uintptr_t)&d->dq ? "default queue"
+                                                  : "queue");
 }
 
 static int host_native_context(sw__bdev *d, uintptr_t *context)

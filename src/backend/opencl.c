@@ -433,6 +433,7 @@ struct sw__bqueue {
      * on it, so `last` does not stand for everything queued there, and
      * events and idleness take a marker of their own. */
     int foreign;
+    int adopted;     /* the caller's (queue_wrap), not made by spillway */
     int idle_marked; /* `last` is a marker queue_idle enqueued (foreign) */
     ocl__dfree *head, *tail; /* deferred frees, oldest first */
     sw__bqueue *next;        /* in dev->queues */
@@ -453,6 +454,9 @@ struct sw__bdev {
     sw__bqueue *default_q;
     sw__bqueue *copy_q; /* contract v3 copy_queue; NULL when turned off */
     sw__bqueue *queues; /* all, default and copy included */
+    /* The first word of every object of an ICD platform (cl_khr_icd: its
+     * dispatch table), read from the default queue; NULL elsewhere. */
+    void *dispatch;
 };
 
 struct sw__bevent {
@@ -1061,6 +1065,25 @@ static void ocl__cut_words(char *s, size_t max)
     memcpy(s + end, "...", 4);
 }
 
+/* Whether plat is reached through the ICD loader's contract (cl_khr_icd),
+ * which makes every object begin with the platform's dispatch table. */
+static int ocl__platform_is_icd(cl_platform_id plat)
+{
+    size_t len = 0;
+    if (clGetPlatformInfo(plat, CL_PLATFORM_EXTENSIONS, 0, NULL, &len) !=
+            CL_SUCCESS ||
+        len == 0)
+        return 0;
+    char *ext = sw__calloc(1, len + 1);
+    if (ext == NULL)
+        return 0; /* the check it serves is left out, nothing fails */
+    int icd = clGetPlatformInfo(plat, CL_PLATFORM_EXTENSIONS, len, ext,
+                                NULL) == CL_SUCCESS &&
+              strstr(ext, "cl_khr_icd") != NULL;
+    sw__free(ext);
+    return icd;
+}
+
 static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
 {
     pthread_once(&ocl__list_once, ocl__enumerate);
@@ -1146,6 +1169,9 @@ static int ocl_open(int index, sw__bdev **out, sw__device_props *props)
         ocl__close_dev(dev);
         return rc;
     }
+    if (ocl__platform_is_icd(plat))
+        memcpy(&dev->dispatch, (void *)dev->default_q->cq,
+               sizeof dev->dispatch);
 
     char cap[32], gm[32];
     sw_format_bytes(dev->capacity, cap, sizeof cap);
@@ -1305,11 +1331,37 @@ static int ocl_queue_native(sw__bqueue *q, uintptr_t *handle)
 }
 
 /* A command queue of the caller's, which must be of this context and
- * device, and in order (the contract's queues are).  A released queue
- * cannot be told from a live one in OpenCL (the ICD loader reads through
- * the handle): that is the caller's to avoid, as with any OpenCL call. */
+ * device, and in order (the contract's queues are).  OpenCL has no call
+ * that tells a live queue from anything else without reading through the
+ * handle (the ICD loader loads its dispatch table from it), so what can
+ * be told is told first, with no load of ours or the driver's: spillway's
+ * own queues by their handles; memory that is not there, asked of the
+ * kernel (sw__mem_probe); on an ICD platform, memory that does not begin
+ * with the platform's dispatch table, which every object of it does.
+ * What passes is an object of the platform, or memory that looks like
+ * one: a released queue, or another object (a cl_mem, a program), is
+ * read as a queue by the driver -- the caller's to avoid, as with any
+ * OpenCL call. */
 static int ocl_queue_wrap(sw__bdev *dev, uintptr_t handle, sw__bqueue **out)
 {
+    for (sw__bqueue *o = dev->queues; o != NULL; o = o->next)
+        if (!o->adopted && (uintptr_t)o->cq == handle)
+            return sw__errorf(SW_ERR_INVALID_ARG, "opencl:%d: %#jx is "
+                              "spillway's own %s: use that queue itself",
+                              dev->index, (uintmax_t)handle,
+                              o == dev->default_q ? "default queue"
+                              : o == dev->copy_q  ? "copy queue"
+                                                  : "command queue");
+    void *first = NULL;
+    int seen = sw__mem_probe(handle, &first, sizeof first);
+    if (seen == 0 || (seen == 1 && dev->dispatch != NULL &&
+                      first != dev->dispatch))
+        return sw__errorf(SW_ERR_INVALID_ARG, "opencl:%d: %#jx is not an "
+                          "OpenCL object of this platform (%s)", dev->index,
+                          (uintmax_t)handle,
+                          seen == 0 ? "no memory there"
+                                    : "it does not begin with the "
+                                      "platform's dispatch table");
     cl_command_queue cq = (cl_command_queue)handle;
     cl_context ctx = NULL;
     cl_device_id device = NULL;
@@ -1339,8 +1391,10 @@ static int ocl_queue_wrap(sw__bdev *dev, uintptr_t handle, sw__bqueue **out)
                           "%#jx runs out of order; spillway's queues are in "
                           "order", dev->index, (uintmax_t)handle);
     int rc = ocl__queue_new(dev, 1, cq, out);
-    if (rc == SW_OK)
+    if (rc == SW_OK) {
         (*out)->foreign = 1;
+        (*out)->adopted = 1;
+    }
     return rc;
 }
 

@@ -178,9 +178,6 @@ struct sw__bqueue {
                         * parked list (event mutex) */
     uintptr_t reserve; /* SW_SIM_QUEUE_RESERVE bytes (not the default's) */
     sw__bqueue *next; /* in dev->queues, under sim__registry_mu */
-    /* Core queues adopting it (queue_wrap) beside the one that made it;
-     * each destroy drops one (under the core's device lock). */
-    unsigned wraps;
 };
 
 struct sw__bdev {
@@ -1044,16 +1041,11 @@ static int sim_queue_create(sw__bdev *dev, sw__bqueue **out)
     return SW_OK;
 }
 
-/* The default queue lives until close, and so does the copy queue; one
- * that core queues adopted lives until the last of them goes. */
+/* The default queue lives until close, and so does the copy queue. */
 static void sim_queue_destroy(sw__bqueue *q)
 {
     if (!q || q == q->dev->default_q || q == q->dev->copy_q)
         return;
-    if (q->wraps > 0) {
-        q->wraps--;
-        return;
-    }
     sw__bdev *dev = q->dev;
     uintptr_t reserve = q->reserve;
     sim__queue_free(q);
@@ -1061,18 +1053,20 @@ static void sim_queue_destroy(sw__bqueue *q)
         sw__sim_arena_unreserve(&dev->arena, reserve);
 }
 
-/* A sim queue's native handle is its address: a runtime on the simulated
- * device (a test, a second spillway queue) adopts it by that. */
+/* A sim queue's native handle is its address (the test of a runtime
+ * working beside spillway reads it). */
 static int sim_queue_native(sw__bqueue *q, uintptr_t *handle)
 {
     *handle = (uintptr_t)q;
     return SW_OK;
 }
 
-/* Only a live queue of this device is adopted: the handle is looked up in
- * the device's list, never dereferenced first. */
+/* The simulated device has no runtime but spillway: every queue on it is
+ * spillway's own, which the core never adopts.  The handle is looked up
+ * in the device's list, never dereferenced, to say which it is. */
 static int sim_queue_wrap(sw__bdev *dev, uintptr_t handle, sw__bqueue **out)
 {
+    (void)out;
     sw__bqueue *found = NULL;
     pthread_mutex_lock(&sim__registry_mu);
     for (sw__bqueue *q = dev->queues; q && !found; q = q->next)
@@ -1083,12 +1077,13 @@ static int sim_queue_wrap(sw__bdev *dev, uintptr_t handle, sw__bqueue **out)
         return sw__errorf(SW_ERR_INVALID_ARG, "sim:%d: %#jx is not a live "
                           "queue of this device", dev->index,
                           (uintmax_t)handle);
-    if (found->wraps == UINT_MAX)
-        return sw__errorf(SW_ERR_TOO_LARGE, "sim:%d: too many adoptions of "
-                          "one queue", dev->index);
-    found->wraps++;
-    *out = found;
-    return SW_OK;
+    return sw__errorf(SW_ERR_INVALID_ARG, "sim:%d: %#jx is spillway's own "
+                      "%s: use that queue itself (the simulated device has "
+                      "no stream of another runtime to adopt)", dev->index,
+                      (uintmax_t)handle,
+                      found == dev->default_q ? "default queue"
+                      : found == dev->copy_q  ? "copy queue"
+                                              : "queue");
 }
 
 static int sim_native_context(sw__bdev *dev, uintptr_t *context)

@@ -1127,11 +1127,16 @@ static int ze_queue_native(sw__bqueue *q, uintptr_t *handle)
  * context and device, checked where the loader has the queries (Level
  * Zero 1.9: zeCommandListGetContextHandle, ...GetDeviceHandle,
  * ...IsImmediate); a regular list, closed and executed later, has no
- * order spillway could join. */
+ * order spillway could join.  spillway's own default list is refused (the
+ * core refuses the others it handed out). */
 static int ze_queue_wrap(sw__bdev *d, uintptr_t handle, sw__bqueue **out)
 {
     swze_cmdlist l = (swze_cmdlist)handle;
     swze_result r;
+    if (l == d->dq->list)
+        return sw__errorf(SW_ERR_INVALID_ARG, "ze:%d: %#jx is spillway's "
+                          "own default queue's command list: use that queue "
+                          "itself", d->index, (uintmax_t)handle);
     if (ZE(zeCommandListGetContextHandle) != NULL) {
         swze_context c = NULL;
         r = ZE(zeCommandListGetContextHandle)(l, &c);

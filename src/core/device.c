@@ -595,6 +595,7 @@ SW_API int sw_device_close(sw_device *dev)
     sw__free(dev->heap);
     dev->heap = NULL;
     dev->heap_cap = 0;
+    sw__native_forget(&dev->context);
     sw__bdev *b = dev->b;
     dev->b = NULL;
     dev->q = NULL;

@@ -278,6 +278,17 @@ typedef struct sw__trace {
     uint32_t anchor_gen;
 } sw__trace;
 
+/* A native handle spillway made and handed out (sw_queue_native,
+ * sw_device_native_context), kept in a registry of them (native.c) while
+ * it lives, so that no device adopts it as a caller's stream.  Embedded in
+ * its queue or device; under the registry's lock. */
+typedef struct sw__native {
+    struct sw__native *next;
+    uintptr_t handle; /* 0: not kept */
+    sw_device *dev;
+    int qid; /* the queue's id; -1: the device's context */
+} sw__native;
+
 struct sw_device {
     _Atomic uint32_t magic;
     pthread_mutex_t lock;
@@ -357,6 +368,8 @@ struct sw_device {
     uint64_t tl_done;  /* uses with last_use <= this have completed */
     uint64_t cq_after; /* the copy queue waits for those <= this */
     sw__callback callbacks[SW_MAX_PRESSURE_CALLBACKS];
+    /* Its native context once handed out (native.c). */
+    sw__native context;
     sw__queue *queues; /* live and dying queues */
     size_t live_queues;
     size_t dying_queues; /* released, destroyed once idle */
@@ -388,6 +401,18 @@ struct sw_device {
 /* ------------------------------------------------------------------------
  * Queues and events (queue.c)
  * ---------------------------------------------------------------------- */
+
+/* Queues (queue.c); adopting native streams (native.c). */
+/* A queue whose backend queue was just made (or adopted): an id, the
+ * device's list, one reference; its handle. */
+sw_queue *sw__queue_install_locked(sw_device *dev, sw__queue *q);
+/* Keep (or forget) n: handle, a native handle spillway made, handed out
+ * for dev (qid: a queue's id; -1: the device's context), so that
+ * sw_queue_wrap_native refuses it on any device.  A leaf lock of its
+ * own, taken under the device lock.  Forgetting one not kept is a no-op. */
+void sw__native_keep(sw__native *n, sw_device *dev, uintptr_t handle,
+                     int qid);
+void sw__native_forget(sw__native *n);
 
 /* Queue ids 1..62 are a queue's own; id 63 is shared by every queue
  * created while those are taken (and so stands for all of them). */
@@ -423,13 +448,12 @@ struct sw__queue {
     uint32_t refs; /* under the device lock */
     int id;
     bool dying; /* last reference gone; destroyed once idle */
-    /* A queue adopting another spillway queue's native stream
-     * (sw_queue_wrap_native) shares that queue's backend queue: bq_owner
-     * is the queue that made it, whose bq_sharers counts the sharers; the
-     * owner's backend queue is destroyed only once no sharer is left. */
-    sw__queue *bq_owner;
-    uint32_t bq_sharers;
-    uintptr_t native; /* its native handle once handed out, else 0 */
+    /* Over a stream of the caller's (sw_queue_wrap_native), not one
+     * spillway made. */
+    bool adopted;
+    /* Its native handle once sw_queue_native handed it out: in the
+     * registry of spillway's own handles (native.c) if spillway made it. */
+    sw__native native;
     sw__queue *prev, *next; /* dev->queues */
     /* Host tasks run in order, on the runner pool (hosttask.c).  `tlock`
      * is a leaf lock. */

@@ -294,9 +294,7 @@ static void wait_for_dying_locked(sw_device *dev)
     }
 }
 
-/* A queue whose backend queue was just made (or adopted): an id, the
- * device's list, one reference; its handle. */
-static sw_queue *install_locked(sw_device *dev, sw__queue *q)
+sw_queue *sw__queue_install_locked(sw_device *dev, sw__queue *q)
 {
     atomic_store_explicit(&q->h.dev, dev, memory_order_release);
     q->dev = dev;
@@ -416,86 +414,9 @@ SW_API int sw_queue_create(sw_device *dev, sw_queue **out)
         sw__pool_put(&sw__queue_pool, q);
         return rc;
     }
-    *out = install_locked(dev, q);
+    *out = sw__queue_install_locked(dev, q);
     sw__unlock(dev);
     return SW_OK;
-}
-
-SW_API int sw_queue_wrap_native(sw_device *dev, uintptr_t handle,
-                                sw_queue **out)
-{
-    if (out == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
-    *out = NULL;
-    if (handle == 0)
-        return sw__errorf(SW_ERR_INVALID_ARG, "handle 0 is no queue (a "
-                          "legacy default stream is not adopted: create a "
-                          "stream)");
-    int rc = sw__device_enter(dev);
-    if (rc != SW_OK)
-        return rc;
-    sw__queue *q = sw__pool_get(&sw__queue_pool);
-    if (q == NULL) {
-        sw__unlock(dev);
-        return sw__errorf(SW_ERR_HOST_OOM, "no host memory for a queue");
-    }
-    if (dev->dying_queues > 0)
-        sw__reap_queues_locked(dev, false);
-    /* One of spillway's own queues (its native handle, handed out): its
-     * backend queue is shared, not adopted a second time, so that
-     * whichever queue goes first, the stream outlives the other. */
-    sw__queue *owner = NULL;
-    for (sw__queue *o = dev->queues; o != NULL && owner == NULL; o = o->next)
-        if (o->native == handle)
-            owner = o->bq_owner != NULL ? o->bq_owner : o;
-    if (owner != NULL) {
-        q->bq = owner->bq;
-        q->bq_owner = owner;
-        q->native = handle;
-        owner->bq_sharers++;
-        *out = install_locked(dev, q);
-        sw__unlock(dev);
-        return SW_OK;
-    }
-    rc = sw__b_queue_wrap(dev, handle, &q->bq);
-    if (rc != SW_OK) {
-        sw__unlock(dev);
-        sw__pool_put(&sw__queue_pool, q);
-        return rc;
-    }
-    q->native = handle;
-    *out = install_locked(dev, q);
-    sw__unlock(dev);
-    return SW_OK;
-}
-
-SW_API int sw_queue_native(sw_queue *h, uintptr_t *handle)
-{
-    if (handle == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG, "handle is NULL");
-    *handle = 0;
-    sw__queue *q;
-    int rc = sw__queue_enter(h, &q);
-    if (rc != SW_OK)
-        return rc;
-    rc = sw__b_queue_native(q->dev, q->bq, handle);
-    if (rc == SW_OK)
-        q->native = *handle; /* what an adoption of it is known by */
-    sw__unlock(q->dev);
-    return rc;
-}
-
-SW_API int sw_device_native_context(sw_device *dev, uintptr_t *context)
-{
-    if (context == NULL)
-        return sw__errorf(SW_ERR_INVALID_ARG, "context is NULL");
-    *context = 0;
-    int rc = sw__device_enter(dev);
-    if (rc != SW_OK)
-        return rc;
-    rc = sw__b_native_context(dev, context);
-    sw__unlock(dev);
-    return rc;
 }
 
 SW_API int sw_queue_retain(sw_queue *h)
@@ -662,25 +583,13 @@ static void forget_qid_locked(sw_device *dev, sw__queue *dead)
     dev->qids &= ~bit;
 }
 
-static bool reap_pass_locked(sw_device *dev, bool wait);
-
 void sw__reap_queues_locked(sw_device *dev, bool wait)
 {
     sw__assert_locked(dev);
-    /* Again while a pass let an owner's last sharer go: the owner may go
-     * too now. */
-    bool again = true;
-    while (again)
-        again = reap_pass_locked(dev, wait);
-}
-
-static bool reap_pass_locked(sw_device *dev, bool wait)
-{
-    bool freed_owner = false;
     sw__queue *dead = NULL;
     for (sw__queue *q = dev->queues, *next; q; q = next) {
         next = q->next;
-        if (!q->dying || q->bq_sharers > 0)
+        if (!q->dying)
             continue;
         if (wait && !sw__in_own_task(q) && !queue_idle(q)) {
             /* Only for close: no one else can use the device now.  (Not
@@ -716,19 +625,14 @@ static bool reap_pass_locked(sw_device *dev, bool wait)
         next = q->next;
         forget_qid_locked(dev, q);
         SW__TRACE(dev, SW_TRACE_QUEUE_DESTROY, NULL, 0, (uint32_t)q->id, 0);
-        if (q->bq_owner != NULL) {
-            /* A sharer: the stream is the owner's. */
-            if (--q->bq_owner->bq_sharers == 0 && q->bq_owner->dying)
-                freed_owner = true;
-        } else {
-            sw__b_queue_destroy(dev, q->bq);
-        }
+        /* Its handle may name another stream soon (native.c). */
+        sw__native_forget(&q->native);
+        sw__b_queue_destroy(dev, q->bq);
         pthread_mutex_destroy(&q->tlock);
         pthread_cond_destroy(&q->tcv);
         sw__free(q->used);
         sw__pool_put(&sw__queue_pool, q);
     }
-    return freed_owner;
 }
 
 /* ------------------------------------------------------------------------

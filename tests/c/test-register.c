@@ -205,6 +205,52 @@ TEST(register_bad_tables)
     ASSERT_OK(sw_buffer_free(b));
 }
 
+/* A backend whose queue_wrap hands back one of its own queues (as
+ * membank's and host's did: the default queue, or a queue spillway made)
+ * is refused by the core, which destroys nothing: the default queue and
+ * the queue live on, and the device closes (destroying the default queue
+ * through an adoption aborted at close). */
+static const sw_backend_ops *lax_base;
+
+static int lax_wrap(sw_bdev *d, uintptr_t handle, sw_bqueue **out)
+{
+    /* handle 2: the default queue; else handle ^ 1 is a queue's own. */
+    *out = handle == 2 ? lax_base->default_queue(d)
+                       : (sw_bqueue *)(handle ^ 1);
+    return SW_OK;
+}
+
+TEST(register_wrap_of_own_queue_refused)
+{
+    lax_base = membank("x");
+    other = *lax_base;
+    other.name = "bank_lax";
+    other.queue_wrap = lax_wrap;
+    ASSERT_OK(sw_backend_register(&other));
+    sw_device *dev = test_open("bank_lax:0");
+    sw_queue *q = NULL, *adopted = (sw_queue *)(uintptr_t)0x1234;
+    ASSERT_ERR(sw_queue_wrap_native(dev, 2, &adopted), SW_ERR_INVALID_ARG);
+    ASSERT_NULL(adopted);
+    ASSERT_STR_CONTAINS(sw_last_error(), "spillway's own");
+    ASSERT_OK(sw_queue_create(dev, &q));
+    uintptr_t h = 0;
+    ASSERT_OK(sw_queue_native(q, &h));
+    ASSERT_ERR(sw_queue_wrap_native(dev, h ^ 1, &adopted),
+               SW_ERR_INVALID_ARG);
+    ASSERT_NULL(adopted);
+    sw_buffer *b = test_alloc(dev, 4096, "lax");
+    sw_scalar v = {.i = 5};
+    ASSERT_OK(sw_op_fill_q(q, b, SW_INT32, 1024, v));
+    ASSERT_OK(sw_queue_synchronize(q));
+    sw_scalar two = {.i = 2};
+    ASSERT_OK(sw_op_scale(b, b, two, SW_INT32, 1024)); /* default queue */
+    int32_t x = 0;
+    ASSERT_OK(sw_buffer_read(b, 4 * 1023, &x, 4));
+    ASSERT_EQ(x, 10);
+    ASSERT_OK(sw_buffer_free(b));
+    ASSERT_OK(sw_queue_release(q));
+}
+
 TEST(register_table_full)
 {
     static sw_backend_ops many[16];

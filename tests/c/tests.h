@@ -74,7 +74,9 @@
     X(native_pins_never_move)                                                 \
     X(native_pin_bad_input)                                                   \
     X(native_pin_set_too_large)                                               \
-    X(native_queue_roundtrip)                                                 \
+    X(native_own_handles_refused)                                             \
+    X(native_foreign_handles_refused)                                         \
+    X(native_own_stream_gives_its_queue)                                      \
     X(native_handles_bad_input)                                               \
     X(native_opencl_adopts_a_command_queue)                                   \
     X(native_cuda_adopts_a_stream)                                            \
@@ -89,6 +91,7 @@
     X(register_backend_opens_and_spills)                                      \
     X(register_backend_pressure_and_capacity)                                 \
     X(register_bad_tables)                                                    \
+    X(register_wrap_of_own_queue_refused)                                     \
     X(register_table_full)                                                    \
     X(register_load_bad_paths)                                                \
     /* test-trace.c */                                                        \

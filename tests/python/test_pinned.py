@@ -279,20 +279,28 @@ def test_threads_pin_at_once(dev):
 # Native handles
 # ---------------------------------------------------------------------------
 
-def test_native_queue_roundtrip(dev):
-    if dev.name.startswith("hip"):
-        pytest.skip("hip has no native context")
-    assert isinstance(dev.native_context, int) and dev.native_context
+def test_from_native_refuses_spillways_own(dev):
+    """What spillway made is spillway's, on every device: a Queue's .native
+    and the device's context are ValueError, saying to use the Queue (on
+    host:0 the context is the default queue's address: adopting it, then
+    dropping the adoption, destroyed the default queue and aborted)."""
     q = sw.Queue(dev)
     h = q.native
     assert isinstance(h, int) and h
-    q2 = sw.Queue.from_native(h, device=dev)
-    assert q2.native == h and q2.device == dev
+    with pytest.raises(ValueError, match="use that queue itself"):
+        sw.Queue.from_native(h, device=dev)
+    if not dev.name.startswith("hip"):
+        ctx = dev.native_context
+        assert isinstance(ctx, int) and ctx
+        with pytest.raises(ValueError, match="native context"):
+            sw.Queue.from_native(ctx, device=dev)
+    # Both the queue and the default queue are untouched.
     a = sw.zeros(1024, device=dev)
-    sw.add(a, sw.ones(1024, device=dev), out=a, queue=q2)
-    q2.synchronize()
-    assert a.numpy()[1023] == 1
-    del q, q2
+    sw.add(a, sw.ones(1024, device=dev), out=a, queue=q)
+    q.synchronize()
+    sw.add(a, a, out=a)
+    assert a.numpy()[1023] == 2
+    del q
 
 
 def test_from_native_bad_input(dev):
@@ -300,15 +308,62 @@ def test_from_native_bad_input(dev):
         sw.Queue.from_native(0, device=dev)
     with pytest.raises(TypeError, match="int"):
         sw.Queue.from_native("0x10", device=dev)
+    for b in (True, False, np.bool_(True)):
+        with pytest.raises(TypeError, match="int"):
+            sw.Queue.from_native(b, device=dev)
     with pytest.raises(ValueError, match="not an address"):
         sw.Queue.from_native(-5, device=dev)
-    if dev.name.split(":")[0] in ("sim", "host"):
-        with pytest.raises(ValueError, match="not a live queue"):
-            sw.Queue.from_native(0x1000, device=dev)
-        other = sw.Queue("sim:1" if dev.name != "sim:1" else "sim:0")
+    # Another device's queue and context: refused before a driver reads
+    # them.
+    other_dev = sw.Device("sim:0" if dev.name.startswith("host") else "host:0")
+    other = sw.Queue(other_dev)
+    with pytest.raises(ValueError, match="not of this device"):
+        sw.Queue.from_native(other.native, device=dev)
+    with pytest.raises(ValueError, match="native context of"):
+        sw.Queue.from_native(other_dev.native_context, device=dev)
+    del other
+    if dev.name.split(":")[0] not in ("sim", "host", "opencl"):
+        return  # a real driver reads through what it is given
+    # Integers that name nothing: no memory there, memory that is no
+    # queue (an object's, an array's).
+    o = object()
+    z = np.zeros(8, dtype=np.uint64)
+    for h in (1, 0x1000, (1 << 63) + 8, id(o), z.ctypes.data):
         with pytest.raises(ValueError):
-            sw.Queue.from_native(other.native, device=dev)
-        del other
+            sw.Queue.from_native(h, device=dev)
+    # A queue spillway destroyed: the simulated and host devices can tell
+    # (OpenCL cannot: docs/python.md).
+    if host_addressable(dev):
+        q = sw.Queue(dev)
+        h = q.native
+        del q
+        sw.order_manager.clear()
+        sw.synchronize(dev)
+        q = sw.Queue(dev)   # a creation destroys the idle dead ones
+        with pytest.raises(ValueError):
+            sw.Queue.from_native(h, device=dev)
+        del q
+
+
+def test_other_devices_handles_refused_on_opencl():
+    """Handles of sim:0 and host:0, and integers that name nothing, named
+    for opencl:0 (PoCL read through them and crashed)."""
+    if "opencl:0" not in [d.name for d in sw.devices()]:
+        pytest.skip("no opencl:0")
+    for spec in ("sim:0", "host:0"):
+        d = sw.Device(spec)
+        q = sw.Queue(d)
+        with pytest.raises(ValueError, match="not of this device"):
+            sw.Queue.from_native(q.native, "opencl:0")
+        with pytest.raises(ValueError, match="native context of"):
+            sw.Queue.from_native(d.native_context, "opencl:0")
+        del q
+    with pytest.raises(TypeError):
+        sw.Queue.from_native(True, "opencl:0")
+    o = object()
+    for h in (1, 0x1000, 1 << 40, id(o)):
+        with pytest.raises(ValueError, match="not an OpenCL object"):
+            sw.Queue.from_native(h, "opencl:0")
 
 
 # ---------------------------------------------------------------------------
