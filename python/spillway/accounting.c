@@ -363,7 +363,8 @@ static PyObject *mod_set_memory_budget(PyObject *m, PyObject *const *args,
     if (d == NULL)
         return NULL;
     uint64_t bytes = 0;
-    if (sw_py_parse_budget(st, v[0], d, &bytes) < 0) {
+    if (sw_py_parse_size(st, v[0], "set_memory_budget()", SW_PY_SIZE_DEVICE,
+                         d, &bytes) < 0) {
         Py_DECREF(d);
         return NULL;
     }
@@ -410,9 +411,10 @@ static PyMethodDef accounting_methods[] = {
     FASTKW("set_memory_budget", mod_set_memory_budget,
            "set_memory_budget(nbytes, device=None)\n--\n\nBound in_use + "
            "cached to nbytes: bytes (an int), a size ('512M', '2GiB'), a "
-           "fraction of the device's memory (a float in (0, 1]) or None (no "
-           "budget).  Beyond it least recently used arrays spill to host "
-           "memory; a budget below what is held now spills at once."),
+           "fraction of the device's memory (a float, NumPy float, Fraction "
+           "or Decimal in (0, 1]; at least one byte) or None (no budget).  "
+           "Beyond it least recently used arrays spill to host memory; a "
+           "budget below what is held now spills at once."),
     FASTKW("get_memory_budget", mod_get_memory_budget,
            "get_memory_budget(device=None)\n--\n\nThe budget in bytes, or "
            "None."),
