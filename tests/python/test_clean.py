@@ -209,11 +209,27 @@ def test_advise_cold_goes_first(dev):
     sw.set_memory_budget(None, dev)
     with pytest.raises(ValueError, match="cold"):
         b.advise("warm")
-    with pytest.raises(ValueError, match="cold"):
-        b.advise(1)
+    with pytest.raises(TypeError, match="cold"):
+        b.advise(1)  # a wrong type (issue 34: was ValueError)
     with pytest.raises(TypeError):
         b.advise()
     np.testing.assert_array_equal(a.numpy(), np.arange(N, dtype=np.float32))
     np.testing.assert_array_equal(b.numpy(),
                                   np.arange(N, dtype=np.float32) + 1)
     del a, b
+
+
+def test_advise_wrong_types_are_type_errors(dev):
+    """advise(None), advise(1), advise(b"cold") were ValueError; a str
+    other than "cold" or "normal" still is."""
+    a = sw.zeros(4, device=dev)
+    for bad in [None, 1, b"cold", 0.5, ["cold"]]:
+        with pytest.raises(TypeError, match="str"):
+            a.advise(bad)
+    with pytest.raises(ValueError, match="cold"):
+        a.advise("warm")
+    with pytest.raises(ValueError, match="cold"):
+        a.advise("cold\x00")
+    a.advise("cold")
+    a.advise(how="normal")
+    del a
