@@ -341,7 +341,7 @@ static PyMethodDef stats_methods[] = {
     FASTKW("memory_stats", mod_memory_stats,
            "memory_stats(device=None)\n--\n\nA dict of the device's figures: "
            "every field of memory_info(), reserved (in_use + cached), "
-           "max_reserved, live_buffers, num_alloc_retries, num_ooms, "
+           "num_alloc_retries, num_ooms, "
            "num_spills, num_restores, and PyTorch's dotted names for the "
            "same figures ('allocated_bytes.all.current', ...)."),
     FASTKW("reset_accumulated_memory_stats", mod_reset_accumulated,
