@@ -449,8 +449,11 @@ static PyMethodDef accounting_methods[] = {
            "cached to nbytes: bytes (an int), a size ('512M', '2GiB'), a "
            "fraction of the device's memory (a float, NumPy float, Fraction "
            "or Decimal in (0, 1]; at least one byte) or None (no budget).  "
-           "Beyond it least recently used arrays spill to host memory; a "
-           "budget below what is held now spills at once."),
+           "Beyond it arrays spill to host memory, not least recently used "
+           "first: arrays advised cold and clean copies read on the device "
+           "since their one restore go first, however recent, then the "
+           "least recently used.  A budget below what is held now spills at "
+           "once."),
     FASTKW("get_memory_budget", mod_get_memory_budget,
            "get_memory_budget(device=None)\n--\n\nThe budget in bytes, or "
            "None."),

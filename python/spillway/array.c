@@ -486,9 +486,12 @@ static PyMethodDef Array_methods[] = {
      METH_FASTCALL | METH_KEYWORDS,
      "advise(how)\n--\n\nTell spillway when the array is needed next: "
      "\"cold\" -- not soon (an activation the backward pass has consumed): "
-     "under pressure it is evicted before the arrays in use, until its next "
-     "use; \"normal\" -- back in plain least-recently-used order.  Nothing "
-     "moves now."},
+     "under pressure it is evicted before every array that is not cold, "
+     "however recently used (a written one after the cold clean copies: "
+     "arrays restored once and only read since), until its next use; "
+     "\"normal\" -- back "
+     "in the ordinary order, least recently used first.  Nothing moves "
+     "now."},
     {"prefetch", (PyCFunction)(void (*)(void))Array_prefetch,
      METH_FASTCALL | METH_KEYWORDS,
      "prefetch(*, queue=None)\n--\n\nStart bringing a spilled array back "

@@ -268,7 +268,8 @@ static PyObject *mod_memory_snapshot(PyObject *m, PyObject *const *args,
 
 /* set_host_pool_limit(nbytes, device=None): the bound of the device's host
  * staging pool (idle host memory kept for spills), bytes or a size string
- * only (size.c: a fraction is TypeError); 0 keeps no idle block.  It is $SPILLWAY_HOST_POOL (or 1 GiB) at open. */
+ * only (size.c: a fraction is TypeError); 0 keeps no idle block.  It is
+ * $SPILLWAY_HOST_POOL (or 1 GiB) at open. */
 static PyObject *mod_set_host_pool_limit(PyObject *m, PyObject *const *args,
                                          Py_ssize_t nargs, PyObject *kwnames)
 {
