@@ -16,6 +16,8 @@ the setters took.
 import decimal
 import math
 import os
+import subprocess
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -225,3 +227,29 @@ def test_dask_plugin_takes_what_the_setters_take(arg, of, value, form,
             sd.SpillwayPlugin(**{arg: value})
     else:
         assert getattr(sd.SpillwayPlugin(**{arg: value}), arg) is value
+
+
+@pytest.mark.parametrize("text, want", [
+    ("0.000000000001", 1),  # rounds below a byte: one byte, not no budget
+    ("0.25", "quarter"),
+    ("4M", 4 * MiB),
+    ("0", None),
+])
+def test_host_budget_from_the_environment_reads_the_same_way(text, want):
+    """$SPILLWAY_HOST_BUDGET (read by the library at open) rounds a tiny
+    fraction up to one byte, as set_host_budget does; it made it 0 bytes:
+    no host budget at all."""
+    if want == "quarter":
+        want = machine_memory() // 4
+    code = ("import spillway as sw; "
+            "print(sw.memory_stats('sim:0')['host_budget'])")
+    env = dict(os.environ, SPILLWAY_HOST_BUDGET=text,
+               PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = out.stdout.strip()
+    if want == machine_memory() // 4:  # the library's float rounding
+        assert abs(int(got) - want) <= 1
+    else:
+        assert got == str(want)
