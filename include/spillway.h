@@ -2,8 +2,9 @@
  * spillway.h -- the whole public C API of libspillway.
  *
  * spillway manages accelerator memory for the runtimes above it: per-device
- * accounting, a caching allocator, budgets, spilling of least-recently-used
- * buffers to host memory, memory-pressure callbacks, and queues with their
+ * accounting, a caching allocator, budgets, spilling of buffers to host
+ * memory (cold ones first, then least recently used: the spilling order,
+ * at sw_set_memory_budget), memory-pressure callbacks, and queues with their
  * events and order records.  If a function does not appear in this file it
  * is not part of the published API.
  *
@@ -323,13 +324,32 @@ SW_API int sw_peak_scope_peak(sw_peak_scope *scope, uint64_t *peak);
 /* End the scope, report its peak (peak may be NULL) and free it. */
 SW_API int sw_peak_scope_end(sw_peak_scope *scope, uint64_t *peak);
 
-/* Bound the device memory spillway holds, in_use + cached, to bytes (0: no
+/* The spilling order: whenever buffers must leave the device (a budget, a
+ * failed allocation, a restore that needs room), victims go in this order,
+ * skipping what cannot move (pinned, exposed, external buffers):
+ *  1. cold buffers, however recently used: one advised SW_ADVISE_COLD
+ *     (until its next use), and a clean copy -- restored once in its life,
+ *     unwritten since -- that a launch (an op, a device copy,
+ *     sw_launch_end) has used since its restore.  The clean ones go first,
+ *     whatever their age (evicting one copies nothing), then the others;
+ *     each group least recently used first;
+ *  2. every other buffer, least recently used first, a clean one before a
+ *     dirty one among buffers last used at the same clock value (the
+ *     arguments of one launch).
+ * A buffer restored to be read once -- what a backward pass leaves behind
+ * -- is done with; in LRU order the older dirty buffers went instead, each
+ * copied out once more.  A prefetched copy not yet used is not cold, and a
+ * second restore puts a buffer back in LRU order for good, so a buffer
+ * read every step costs at most one restore more than LRU (src/core/lru.c
+ * has the figures).
+ *
+ * Bound the device memory spillway holds, in_use + cached, to bytes (0: no
  * budget).  An allocation (or a restore) that would pass it first trims the
- * cache, oldest blocks first, then spills least-recently-used buffers to
- * host memory until it fits; it fails with SW_ERR_OOM only when what cannot
- * move (pinned, exposed, external buffers) leaves no room.  A budget below
- * what is already held takes effect at once: the cache is trimmed and
- * least-recently-used buffers are spilled until in_use + cached fits, or
+ * cache, oldest blocks first, then spills buffers to host memory, in the
+ * spilling order, until it fits; it fails with SW_ERR_OOM only when what
+ * cannot move (pinned, exposed, external buffers) leaves no room.  A budget
+ * below what is already held takes effect at once: the cache is trimmed and
+ * buffers are spilled, in that order, until in_use + cached fits, or
  * nothing more can move (what is pinned or leased stays; the next
  * allocation is then refused until room is made).  Should a spill fail on
  * the way (no host memory, a copy error), its buffers stay resident and
@@ -447,7 +467,8 @@ typedef struct sw_buffer_info {
     uint32_t views;      /* live views */
     uint32_t handles;    /* references to the base handle itself; 0 when
                           * only views, pins or leases keep it */
-    uint64_t last_use;   /* the device clock at its last use (LRU order) */
+    uint64_t last_use;   /* the device clock at its last use (the age in
+                          * the spilling order: sw_set_memory_budget) */
     uint64_t queues;     /* bit k: queue id k used it since the default
                           * queue last waited for it (0: default only) */
     char tag[SW_TAG_MAX + 1];
@@ -506,10 +527,11 @@ SW_API int sw_buffer_prefetch(sw_buffer *buf, sw_queue *q);
 /* What the owner knows of a buffer's next use, as madvise() tells the
  * kernel.  SW_ADVISE_COLD: not soon (an activation the backward pass has
  * consumed, a block a pipeline is done with until its next round): under
- * pressure it is evicted before the buffers in use, the least recently
- * used cold one first (with the clean copies that went cold by
- * themselves), until its next use, which makes it an ordinary buffer
- * again.  SW_ADVISE_NORMAL: back in plain LRU order at once.  Nothing
+ * pressure it is evicted before every buffer that is not cold, however
+ * recently used -- a dirty one after the cold clean copies: the spilling
+ * order, at sw_set_memory_budget -- until its next use, which makes it an
+ * ordinary buffer again.  SW_ADVISE_NORMAL: back in the ordinary order at
+ * once (a cold clean copy stays cold: that is not advice).  Nothing
  * moves now: a resident buffer stays resident, a spilled one spilled.  On
  * a view it applies to the whole base.  Another value is
  * SW_ERR_INVALID_ARG. */
@@ -664,7 +686,7 @@ typedef struct sw_event sw_event;
  * drivers do), so that leaked queues show in device_free.  When the
  * device is too full for a queue's own memory, room is made as for an
  * allocation: the cache and dead queues give theirs back, the pressure
- * callbacks run, the least recently used buffers spill; SW_ERR_OOM when
+ * callbacks run, buffers spill (in the spilling order); SW_ERR_OOM when
  * nothing more can move. */
 SW_API int sw_queue_create(sw_device *dev, sw_queue **out);
 SW_API int sw_queue_retain(sw_queue *q);

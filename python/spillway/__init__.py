@@ -1,10 +1,12 @@
 """spillway: accelerator memory management for Python.
 
 Arrays live in device memory (the simulated device ``sim:0`` by default,
-or ``$SPILLWAY_DEVICE``); spillway accounts for every byte, spills the
-least recently used arrays to host memory when memory or a budget runs
-short (and brings each back on its next device use), and runs Python's
-garbage collector before an allocation fails for good::
+or ``$SPILLWAY_DEVICE``); spillway accounts for every byte, spills arrays
+to host memory when memory or a budget runs short -- first those it can
+tell are done with (advised cold, or brought back once and only read
+since), then the least recently used -- brings each back on its next
+device use, and runs Python's garbage collector before an allocation
+fails for good::
 
     import spillway as sw
     a = sw.zeros((1024, 1024), dtype="float32", tag="weights")

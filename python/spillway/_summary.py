@@ -17,10 +17,12 @@ def format_bytes(n):
 
 def memory_summary(device=None):
     """A text table of the device's memory: what is in use and its peak,
-    what the cache keeps, what is spilled, the budget, the driver's view,
-    the counters (allocations, spills and restores with their bytes and
-    time, retries, failures, collections run under pressure), and the
-    largest live buffers (tag, size, state, and what holds them in place).
+    what the cache keeps, what is spilled (and of it, in the spill file),
+    the clean copies on the host, the budget and the host budget, the
+    driver's view, the counters (allocations, spills and restores with
+    their bytes and time, retries, failures, collections run under
+    pressure), and the largest live buffers (tag, size, state, and what
+    holds them in place).
 
     device: a Device, a spec string such as 'sim:0', or None (the default
     device).  Print it: ``print(spillway.memory_summary())``.
@@ -43,6 +45,8 @@ def memory_summary(device=None):
         driver = (f"{format_bytes(info.device_free)} free of "
                   f"{format_bytes(info.device_total)}")
     budget = "none" if info.budget is None else format_bytes(info.budget)
+    host_budget = "none" if info.host_budget is None \
+        else format_bytes(info.host_budget)
     title = f" spillway memory summary: {dev.name} "
     # The description is wrapped at spaces, never cut inside a word.
     desc = ["|" + f" {part} ".center(width - 2) + "|"
@@ -58,7 +62,10 @@ def memory_summary(device=None):
         row("Peak in use", format_bytes(info.peak)),
         row("Cached (free, kept for reuse)", format_bytes(info.cached)),
         row("Spilled to host memory", format_bytes(info.spilled)),
+        row("  of it in the spill file", format_bytes(info.spilled_disk)),
+        row("Clean copies on the host", format_bytes(info.host_copies)),
         row("Budget (in use + cached)", budget),
+        row("Host budget", host_budget),
         row("Device (driver)", driver),
         thin,
         row("Allocations / frees", f"{info.allocs} / {info.frees}"),

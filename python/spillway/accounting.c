@@ -203,14 +203,33 @@ static PyStructSequence_Field meminfo_fields[] = {
     {"alloc_retries", "allocation attempts repeated after a failure"},
     {"ooms", "allocations that failed for good"},
     {"gc_runs", "garbage collections run under memory pressure"},
+    /* Appended (issue 34): every other tier of sw_memory_info, so that the
+     * record the seed names shows the host and the disk as well. */
+    {"live_buffers", "live arrays' buffers, spilled ones included"},
+    {"max_reserved", "highest in_use + cached since the device was opened "
+                     "or reset_peak_memory()"},
+    {"host_pool", "idle host memory kept by the staging pool for spills"},
+    {"host_pool_limit", "the staging pool's bound (set_host_pool_limit)"},
+    {"host_copies", "bytes of resident arrays with a clean copy on the "
+                    "host"},
+    {"clean_evictions", "evictions that copied nothing (counted in spills)"},
+    {"host_budget", "the host budget in bytes (set_host_budget), or None"},
+    {"spilled_disk", "bytes of spilled arrays in the spill file (of "
+                     "spilled)"},
+    {"disk_write_bytes", "bytes written to the spill file"},
+    {"disk_read_bytes", "bytes read from the spill file"},
+    {"disk_write_seconds", "time spent writing the spill file"},
+    {"disk_read_seconds", "time spent reading the spill file"},
     {NULL, NULL},
 };
+
+enum { MEMINFO_FIELDS = 30 };
 
 static PyStructSequence_Desc meminfo_desc = {
     "spillway.MemoryInfo",
     "Memory accounting of one device (spillway.memory_info()).",
     meminfo_fields,
-    18,
+    MEMINFO_FIELDS,
 };
 
 static PyObject *meminfo_new(sw_py_state *st, const sw_memory_info *m)
@@ -218,7 +237,7 @@ static PyObject *meminfo_new(sw_py_state *st, const sw_memory_info *m)
     PyObject *r = PyStructSequence_New(st->meminfo_type);
     if (r == NULL)
         return NULL;
-    PyObject *v[18];
+    PyObject *v[MEMINFO_FIELDS];
     v[0] = PyLong_FromUnsignedLongLong(m->in_use);
     v[1] = PyLong_FromUnsignedLongLong(m->peak);
     v[2] = PyLong_FromUnsignedLongLong(m->cached);
@@ -240,8 +259,21 @@ static PyObject *meminfo_new(sw_py_state *st, const sw_memory_info *m)
     v[15] = PyLong_FromUnsignedLongLong(m->alloc_retries);
     v[16] = PyLong_FromUnsignedLongLong(m->ooms);
     v[17] = PyLong_FromUnsignedLongLong(m->gc_runs);
+    v[18] = PyLong_FromUnsignedLongLong(m->live_buffers);
+    v[19] = PyLong_FromUnsignedLongLong(m->peak_reserved);
+    v[20] = PyLong_FromUnsignedLongLong(m->host_pool);
+    v[21] = PyLong_FromUnsignedLongLong(m->host_pool_limit);
+    v[22] = PyLong_FromUnsignedLongLong(m->host_copies);
+    v[23] = PyLong_FromUnsignedLongLong(m->clean_evictions);
+    v[24] = m->host_budget ? PyLong_FromUnsignedLongLong(m->host_budget)
+                           : Py_NewRef(Py_None);
+    v[25] = PyLong_FromUnsignedLongLong(m->spilled_disk);
+    v[26] = PyLong_FromUnsignedLongLong(m->disk_write_bytes);
+    v[27] = PyLong_FromUnsignedLongLong(m->disk_read_bytes);
+    v[28] = PyFloat_FromDouble(m->disk_write_seconds);
+    v[29] = PyFloat_FromDouble(m->disk_read_seconds);
     int bad = 0;
-    for (int i = 0; i < 18; i++) {
+    for (int i = 0; i < MEMINFO_FIELDS; i++) {
         if (v[i] == NULL)
             bad = 1;
         PyStructSequence_SetItem(r, i, v[i] ? v[i] : Py_NewRef(Py_None));
@@ -363,7 +395,8 @@ static PyObject *mod_set_memory_budget(PyObject *m, PyObject *const *args,
     if (d == NULL)
         return NULL;
     uint64_t bytes = 0;
-    if (sw_py_parse_budget(st, v[0], d, &bytes) < 0) {
+    if (sw_py_parse_size(st, v[0], "set_memory_budget()", SW_PY_SIZE_DEVICE,
+                         d, &bytes) < 0) {
         Py_DECREF(d);
         return NULL;
     }
@@ -399,7 +432,11 @@ static PyObject *mod_memory_peak(PyObject *m, PyObject *const *args,
 static PyMethodDef accounting_methods[] = {
     FASTKW("memory_info", mod_memory_info,
            "memory_info(device=None)\n--\n\nThe device's accounting, a "
-           "MemoryInfo record."),
+           "MemoryInfo record: device memory (in_use, peak, cached, "
+           "spilled, the driver's free and total, budget), the counters and "
+           "the time spent moving, and the host and disk tiers (host_pool, "
+           "host_copies, clean_evictions, host_budget, spilled_disk, the "
+           "disk's bytes and seconds)."),
     FASTKW("reset_peak_memory", mod_reset_peak_memory,
            "reset_peak_memory(device=None)\n--\n\npeak = in_use (open "
            "memory_peak() scopes are not disturbed)."),
@@ -410,9 +447,13 @@ static PyMethodDef accounting_methods[] = {
     FASTKW("set_memory_budget", mod_set_memory_budget,
            "set_memory_budget(nbytes, device=None)\n--\n\nBound in_use + "
            "cached to nbytes: bytes (an int), a size ('512M', '2GiB'), a "
-           "fraction of the device's memory (a float in (0, 1]) or None (no "
-           "budget).  Beyond it least recently used arrays spill to host "
-           "memory; a budget below what is held now spills at once."),
+           "fraction of the device's memory (a float, NumPy float, Fraction "
+           "or Decimal in (0, 1]; at least one byte) or None (no budget).  "
+           "Beyond it arrays spill to host memory, not least recently used "
+           "first: arrays advised cold and clean copies read on the device "
+           "since their one restore go first, however recent, then the "
+           "least recently used.  A budget below what is held now spills at "
+           "once."),
     FASTKW("get_memory_budget", mod_get_memory_budget,
            "get_memory_budget(device=None)\n--\n\nThe budget in bytes, or "
            "None."),

@@ -460,11 +460,14 @@ static PyObject *Array_advise(ArrayObject *a, PyObject *const *args,
     if (st == NULL || sw_py_array_check_device(a) < 0)
         return NULL;
     sw_advice how;
-    if (PyUnicode_Check(v[0]) &&
-        PyUnicode_CompareWithASCIIString(v[0], "cold") == 0) {
+    if (!PyUnicode_Check(v[0])) { /* None, 1, b"cold": the wrong type */
+        PyErr_Format(PyExc_TypeError, "advise: how is a str, \"cold\" or "
+                     "\"normal\", not %.100s", Py_TYPE(v[0])->tp_name);
+        return NULL;
+    }
+    if (PyUnicode_CompareWithASCIIString(v[0], "cold") == 0) {
         how = SW_ADVISE_COLD;
-    } else if (PyUnicode_Check(v[0]) &&
-               PyUnicode_CompareWithASCIIString(v[0], "normal") == 0) {
+    } else if (PyUnicode_CompareWithASCIIString(v[0], "normal") == 0) {
         how = SW_ADVISE_NORMAL;
     } else {
         PyErr_Format(PyExc_ValueError, "advise: how must be \"cold\" or "
@@ -483,9 +486,12 @@ static PyMethodDef Array_methods[] = {
      METH_FASTCALL | METH_KEYWORDS,
      "advise(how)\n--\n\nTell spillway when the array is needed next: "
      "\"cold\" -- not soon (an activation the backward pass has consumed): "
-     "under pressure it is evicted before the arrays in use, until its next "
-     "use; \"normal\" -- back in plain least-recently-used order.  Nothing "
-     "moves now."},
+     "under pressure it is evicted before every array that is not cold, "
+     "however recently used (a written one after the cold clean copies: "
+     "arrays restored once and only read since), until its next use; "
+     "\"normal\" -- back "
+     "in the ordinary order, least recently used first.  Nothing moves "
+     "now."},
     {"prefetch", (PyCFunction)(void (*)(void))Array_prefetch,
      METH_FASTCALL | METH_KEYWORDS,
      "prefetch(*, queue=None)\n--\n\nStart bringing a spilled array back "

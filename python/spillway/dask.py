@@ -146,16 +146,12 @@ def _worker_index(name):
     return 0
 
 
-def _check_size_arg(what, value, fractions, of="the device"):
-    if value is None:
-        return
-    ok = (isinstance(value, (int, str)) and not isinstance(value, bool)) or \
-        (fractions and isinstance(value, float))
-    if not ok:
-        kinds = "bytes (an int), a size ('512M')" + \
-            (f", a fraction of {of} (0.5)" if fractions else "")
-        raise TypeError(f"SpillwayPlugin {what}= takes {kinds} or None, "
-                        f"not {type(value).__name__}")
+def _check_size_arg(what, value, of):
+    """A size argument's type, checked at once by the parser every setter
+    uses (its value is read on the worker, in setup); None leaves the
+    worker's own setting."""
+    if value is not None:
+        _spillway._check_size_type(value, f"SpillwayPlugin {what}=", of)
 
 
 class SpillwayPlugin(WorkerPlugin):
@@ -168,7 +164,8 @@ class SpillwayPlugin(WorkerPlugin):
       ``kind:k``; None for the kind of the process's default device
       (``$SPILLWAY_DEVICE``, else ``sim``), one per worker.
     budget: bytes, a size string (``"256M"``) or a fraction of the device
-      (``0.5``); None for no budget.  Beyond it the worker spills arrays to
+      (``0.5``, a NumPy float, a Fraction), as ``sw.set_memory_budget``
+      reads it; None for no budget.  Beyond it the worker spills arrays to
       host memory.  A budget larger than the device fails the worker start.
     host_pool: the bound of the device's host staging pool (bytes or a size
       string); None leaves ``$SPILLWAY_HOST_POOL`` (or 1 GiB).
@@ -193,10 +190,9 @@ class SpillwayPlugin(WorkerPlugin):
             raise TypeError("SpillwayPlugin device= takes a spec ('sim:0'), "
                             "a kind ('sim') or None, not "
                             f"{type(device).__name__}")
-        _check_size_arg("budget", budget, fractions=True)
-        _check_size_arg("host_pool", host_pool, fractions=False)
-        _check_size_arg("host_budget", host_budget, fractions=True,
-                        of="the machine's memory")
+        _check_size_arg("budget", budget, "device")
+        _check_size_arg("host_pool", host_pool, "bytes")
+        _check_size_arg("host_budget", host_budget, "host")
         # A Device is sent to the workers as its spec.
         self.device_spec = device.name if isinstance(device, sw.Device) \
             else device

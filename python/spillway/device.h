@@ -130,10 +130,18 @@ DeviceObject *sw_py_resolve_device(sw_py_state *st, PyObject *obj);
         }                                                                     \
     } while (0)
 
-/* stats.c: a budget as people write it -- bytes (an int), a size string
- * ("512M", "2GiB": sw_parse_size), a fraction of d's memory (a float in
- * (0, 1]) or None (no budget: 0). */
-int sw_py_parse_budget(sw_py_state *st, PyObject *obj, DeviceObject *d,
-                       uint64_t *out);
+/* size.c: a size argument as people write it, read one way for every
+ * setter -- bytes (an int), a size string ("512M", "2GiB": sw_parse_size),
+ * a fraction in (0, 1] (a float, a NumPy float, a Fraction or a Decimal)
+ * of what `of` names, or None (no budget: 0).  *out is at least 1 for a
+ * fraction.  what names the argument in errors ("set_host_budget()"):
+ * TypeError for a bool or another type, ValueError for a bad value. */
+typedef enum {
+    SW_PY_SIZE_BYTES,  /* bytes only: an int or a size string; no None */
+    SW_PY_SIZE_DEVICE, /* or a fraction of d's memory, or None */
+    SW_PY_SIZE_HOST,   /* or a fraction of the machine's memory, or None */
+} sw_py_size_of;
+int sw_py_parse_size(sw_py_state *st, PyObject *obj, const char *what,
+                     sw_py_size_of of, DeviceObject *d, uint64_t *out);
 
 #endif /* SPILLWAY_PY_DEVICE_H */

@@ -139,6 +139,7 @@ static int module_exec(PyObject *m)
         sw_py_pickle_setup(m, st) < 0 ||
         sw_py_accounting_setup(m, st) < 0 ||
         sw_py_stats_setup(m, st) < 0 ||
+        sw_py_size_setup(m, st) < 0 ||
         sw_py_queue_setup(m, st) < 0 ||
         sw_py_order_setup(m, st) < 0 ||
         sw_py_ordermap_setup(m, st) < 0 ||

@@ -460,7 +460,8 @@ void sw_py_gc_force_full(int on);
  *   pickle.c      pickling and copy.copy of Arrays        array.h
  *   accounting.c  PeakScope, MemoryInfo, memory_info ...  device.h
  *   stats.c       memory_stats, mem_get_info,             device.h
- *                 memory_snapshot, budgets as written
+ *                 memory_snapshot, the host's bounds
+ *   size.c        every size argument, read one way       device.h
  *   hosttask.c    Python host tasks, the release list     queue.h
  *   queue.c       Queue, Event                            queue.h
  *   order.c       SequentialOrderManager                  queue.h
@@ -490,6 +491,7 @@ int sw_py_pickle_setup(PyObject *m, sw_py_state *st);
 extern PyType_Spec sw_py_peak_spec;
 int sw_py_accounting_setup(PyObject *m, sw_py_state *st);
 int sw_py_stats_setup(PyObject *m, sw_py_state *st);
+int sw_py_size_setup(PyObject *m, sw_py_state *st);
 extern PyType_Spec sw_py_event_spec;
 extern PyType_Spec sw_py_queue_spec;
 int sw_py_queue_setup(PyObject *m, sw_py_state *st);

@@ -27,8 +27,8 @@ _budgets = {}
 def set_budget(budget, device=None):
     """spillway's budget for Numba's device (index; default 0)."""
     index = _plugin.index_of(device)
+    _plugin.set_budget(index, budget)  # a refused budget is not kept
     _budgets[index] = budget
-    _plugin.set_budget(index, budget)
 
 
 def _device_pointer(p):

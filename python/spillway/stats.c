@@ -2,126 +2,12 @@
  * stats.c -- the memory API people already know from PyTorch and CuPy:
  * memory_stats() (a dict, flat names and PyTorch's dotted ones),
  * reset_accumulated_memory_stats(), mem_get_info(), memory_snapshot()
- * (every live buffer), and budgets as people write them ("512M", 0.5).
+ * (every live buffer), and the host's bounds: set_host_budget(),
+ * set_host_pool_limit() (their sizes read by size.c).
  */
 #include "device.h"
 
-#include <math.h>
-#include <unistd.h>
 #include <string.h>
-
-/* ------------------------------------------------------------------------
- * Budgets as written
- * ---------------------------------------------------------------------- */
-
-static int budget_from_int(PyObject *obj, uint64_t *out)
-{
-    PyObject *idx = PyNumber_Index(obj);
-    if (idx == NULL)
-        return -1;
-    int overflow = 0;
-    long long sv = PyLong_AsLongLongAndOverflow(idx, &overflow);
-    if (overflow < 0 || (overflow == 0 && sv < 0)) {
-        Py_DECREF(idx);
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_ValueError,
-                         "a memory budget cannot be negative (%R bytes); "
-                         "None removes the budget",
-                         obj);
-        return -1;
-    }
-    unsigned long long v = PyLong_AsUnsignedLongLong(idx);
-    Py_DECREF(idx);
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_ValueError, "memory budget %R is too large",
-                         obj);
-        }
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-/* A fraction of the device's memory, as the driver states its size. */
-static int budget_from_fraction(sw_py_state *st, PyObject *obj,
-                                DeviceObject *d, uint64_t *out)
-{
-    double f = PyFloat_AsDouble(obj);
-    if (f == -1.0 && PyErr_Occurred())
-        return -1;
-    if (!(f > 0.0 && f <= 1.0)) { /* NaN too */
-        PyErr_Format(PyExc_ValueError,
-                     "a memory budget given as a float is a fraction of the "
-                     "device's memory, in (0, 1], not %R (give bytes as an "
-                     "int, or a size such as '512M')",
-                     obj);
-        return -1;
-    }
-    sw_memory_info info;
-    int rc;
-    SW_PY_DEVICE_CALL(d, rc, sw_memory_info_get(dev_, &info));
-    if (rc != SW_OK) {
-        sw_py_raise(st, rc);
-        return -1;
-    }
-    if (info.device_total == 0) {
-        PyErr_Format(PyExc_ValueError,
-                     "%U does not say how much memory it has: give the "
-                     "budget in bytes",
-                     d->name);
-        return -1;
-    }
-    double b = floor(f * (double)info.device_total);
-    *out = b < 1.0 ? 1 : (uint64_t)b; /* 0 would mean no budget */
-    return 0;
-}
-
-/* A size string, read by the library's sw_parse_size: whole bytes
- * ("512M", "1.5GiB", "4096") or ValueError -- "0.5" is no fraction of the
- * device (the float 0.5 is), nor 0 bytes. */
-static int size_from_string(sw_py_state *st, PyObject *obj, uint64_t *out)
-{
-    const char *s = sw_py_utf8(obj, "a size");
-    if (s == NULL)
-        return -1;
-    int rc;
-    NOGIL(rc = sw_parse_size(s, out));
-    if (rc != SW_OK) {
-        sw_py_raise(st, rc);
-        return -1;
-    }
-    return 0;
-}
-
-int sw_py_parse_budget(sw_py_state *st, PyObject *obj, DeviceObject *d,
-                       uint64_t *out)
-{
-    *out = 0;
-    if (obj == Py_None)
-        return 0;
-    if (PyBool_Check(obj)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "set_memory_budget() takes bytes (an int), a size "
-                        "('512M'), a fraction of the device (0.5) or None, "
-                        "not a bool");
-        return -1;
-    }
-    if (PyUnicode_Check(obj))
-        return size_from_string(st, obj, out);
-    if (PyIndex_Check(obj) && !PyFloat_Check(obj))
-        return budget_from_int(obj, out);
-    if (PyFloat_Check(obj) || (Py_TYPE(obj)->tp_as_number != NULL &&
-                               Py_TYPE(obj)->tp_as_number->nb_float != NULL &&
-                               !PySequence_Check(obj)))
-        return budget_from_fraction(st, obj, d, out);
-    PyErr_Format(PyExc_TypeError,
-                 "set_memory_budget() takes bytes (an int), a size ('512M'), "
-                 "a fraction of the device (0.5) or None, not %.100s",
-                 Py_TYPE(obj)->tp_name);
-    return -1;
-}
 
 /* ------------------------------------------------------------------------
  * memory_stats, reset_accumulated_memory_stats, mem_get_info
@@ -381,8 +267,9 @@ static PyObject *mod_memory_snapshot(PyObject *m, PyObject *const *args,
 }
 
 /* set_host_pool_limit(nbytes, device=None): the bound of the device's host
- * staging pool (idle host memory kept for spills), bytes or a size string;
- * 0 keeps no idle block.  It is $SPILLWAY_HOST_POOL (or 1 GiB) at open. */
+ * staging pool (idle host memory kept for spills), bytes or a size string
+ * only (size.c: a fraction is TypeError); 0 keeps no idle block.  It is
+ * $SPILLWAY_HOST_POOL (or 1 GiB) at open. */
 static PyObject *mod_set_host_pool_limit(PyObject *m, PyObject *const *args,
                                          Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -392,22 +279,12 @@ static PyObject *mod_set_host_pool_limit(PyObject *m, PyObject *const *args,
                          2, 2, 1, v) < 0)
         return NULL;
     sw_py_state *st = sw_py_module_state(m);
-    /* Bytes only: sw_py_parse_budget would read any other number (a NumPy
-     * float, a Fraction) as a fraction of the device. */
-    if (PyBool_Check(v[0]) ||
-        !(PyUnicode_Check(v[0]) ||
-          (PyIndex_Check(v[0]) && !PyFloat_Check(v[0])))) {
-        PyErr_Format(PyExc_TypeError,
-                     "set_host_pool_limit() takes bytes (an int) or a size "
-                     "('512M'), not %.100s",
-                     Py_TYPE(v[0])->tp_name);
-        return NULL;
-    }
     DeviceObject *d = sw_py_resolve_device(st, v[1]);
     if (d == NULL)
         return NULL;
     uint64_t bytes = 0;
-    if (sw_py_parse_budget(st, v[0], d, &bytes) < 0) {
+    if (sw_py_parse_size(st, v[0], "set_host_pool_limit()", SW_PY_SIZE_BYTES,
+                         d, &bytes) < 0) {
         Py_DECREF(d);
         return NULL;
     }
@@ -422,8 +299,8 @@ static PyObject *mod_set_host_pool_limit(PyObject *m, PyObject *const *args,
 /* set_host_budget(nbytes, device=None): bound the host memory spillway
  * holds for the device (spilled and clean copies, the idle pool); past it
  * spilled copies go to files under $SPILLWAY_SPILL_DIR.  Bytes, a size
- * string, a fraction of the machine's memory (a float in (0, 1]), or None
- * (no bound). */
+ * string, a fraction of the machine's memory, or None (no bound): size.c
+ * reads it. */
 static PyObject *mod_set_host_budget(PyObject *m, PyObject *const *args,
                                      Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -433,30 +310,12 @@ static PyObject *mod_set_host_budget(PyObject *m, PyObject *const *args,
                          2, 1, v) < 0)
         return NULL;
     sw_py_state *st = sw_py_module_state(m);
-    if (PyBool_Check(v[0])) {
-        PyErr_SetString(PyExc_TypeError, "set_host_budget() takes bytes, a "
-                        "size, a fraction of the machine's memory or None, "
-                        "not a bool");
-        return NULL;
-    }
     DeviceObject *d = sw_py_resolve_device(st, v[1]);
     if (d == NULL)
         return NULL;
     uint64_t bytes = 0;
-    if (v[0] == Py_None) {
-        bytes = 0;
-    } else if (PyFloat_Check(v[0])) {
-        double f = PyFloat_AsDouble(v[0]);
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-        if (!(f > 0 && f <= 1) || pages <= 0 || page <= 0) {
-            PyErr_Format(PyExc_ValueError, "set_host_budget(): a fraction "
-                         "of the machine's memory is in (0, 1], not %R",
-                         v[0]);
-            Py_DECREF(d);
-            return NULL;
-        }
-        bytes = (uint64_t)(f * (double)pages * (double)page);
-    } else if (sw_py_parse_budget(st, v[0], d, &bytes) < 0) {
+    if (sw_py_parse_size(st, v[0], "set_host_budget()", SW_PY_SIZE_HOST, d,
+                         &bytes) < 0) {
         Py_DECREF(d);
         return NULL;
     }
@@ -473,15 +332,17 @@ static PyMethodDef stats_methods[] = {
            "set_host_budget(nbytes, device=None)\n--\n\nBound the host "
            "memory spillway holds for the device (spilled copies, clean "
            "copies, the idle staging pool) to nbytes: bytes, a size "
-           "('8G'), a fraction of the machine's memory (0.25), or None for "
-           "no bound.  Past it the least recently used spilled copies go to "
-           "a file under $SPILLWAY_SPILL_DIR (default: the temporary "
-           "directory) and come back when used.  memory_stats() shows "
-           "host_budget, spilled_disk and the disk traffic."),
+           "('8G'), a fraction of the machine's memory (a float, NumPy "
+           "float, Fraction or Decimal in (0, 1]: 0.25; at least one byte), "
+           "or None for no bound.  Past it the least recently used "
+           "spilled copies go to a file under $SPILLWAY_SPILL_DIR (default: "
+           "the temporary directory) and come back when used.  "
+           "memory_stats() shows host_budget, spilled_disk and the disk "
+           "traffic."),
     FASTKW("memory_stats", mod_memory_stats,
            "memory_stats(device=None)\n--\n\nA dict of the device's figures: "
            "every field of memory_info(), reserved (in_use + cached), "
-           "max_reserved, live_buffers, num_alloc_retries, num_ooms, "
+           "num_alloc_retries, num_ooms, "
            "num_spills, num_restores, and PyTorch's dotted names for the "
            "same figures ('allocated_bytes.all.current', ...)."),
     FASTKW("reset_accumulated_memory_stats", mod_reset_accumulated,

@@ -397,7 +397,7 @@ static void reset_state(sw_device *dev)
 }
 
 /* SPILLWAY_HOST_BUDGET: a size ("8G", bytes) or a fraction of the
- * machine's memory (a number below 1 with a point: "0.25"). */
+ * machine's memory ("0.25"; at least a byte, never "no budget": size.c). */
 static int parse_host_budget(const char *s, uint64_t *out)
 {
     char *end = NULL;
@@ -406,7 +406,8 @@ static int parse_host_budget(const char *s, uint64_t *out)
         long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
         if (end != s && *end == '\0' && f > 0 && f <= 1 && pages > 0 &&
             page > 0) {
-            *out = (uint64_t)(f * (double)pages * (double)page);
+            uint64_t b = (uint64_t)(f * (double)pages * (double)page);
+            *out = b != 0 ? b : 1;
             return SW_OK;
         }
     } else if (sw_parse_size(s, out) == SW_OK) {

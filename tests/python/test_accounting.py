@@ -18,8 +18,14 @@ def test_memory_info_fields(sim):
               "device_total", "budget", "allocs", "frees", "spills",
               "restores", "spilled_bytes_total", "restored_bytes_total",
               "spill_seconds", "restore_seconds", "alloc_retries", "ooms",
-              "gc_runs"]
+              "gc_runs",
+              # appended (issue 34): the host and disk tiers
+              "live_buffers", "max_reserved", "host_pool", "host_pool_limit",
+              "host_copies", "clean_evictions", "host_budget",
+              "spilled_disk", "disk_write_bytes", "disk_read_bytes",
+              "disk_write_seconds", "disk_read_seconds"]
     assert type(m).__name__ == "MemoryInfo" and len(m) == len(fields)
+    assert type(m).__match_args__ == tuple(fields)
     for name in fields:
         getattr(m, name)
     assert m._fields == tuple(fields) if hasattr(m, "_fields") else True
@@ -30,6 +36,8 @@ def test_memory_info_fields(sim):
     for name in fields:
         assert f"{name}=" in text
     assert isinstance(m.spill_seconds, float)
+    assert isinstance(m.disk_read_seconds, float)
+    assert m.host_budget is None and m.live_buffers == 0
 
 
 def test_rounding_and_counters(sim):

@@ -209,11 +209,79 @@ def test_advise_cold_goes_first(dev):
     sw.set_memory_budget(None, dev)
     with pytest.raises(ValueError, match="cold"):
         b.advise("warm")
-    with pytest.raises(ValueError, match="cold"):
-        b.advise(1)
+    with pytest.raises(TypeError, match="cold"):
+        b.advise(1)  # a wrong type (issue 34: was ValueError)
     with pytest.raises(TypeError):
         b.advise()
     np.testing.assert_array_equal(a.numpy(), np.arange(N, dtype=np.float32))
     np.testing.assert_array_equal(b.numpy(),
                                   np.arange(N, dtype=np.float32) + 1)
     del a, b
+
+
+def test_advise_wrong_types_are_type_errors(dev):
+    """advise(None), advise(1), advise(b"cold") were ValueError; a str
+    other than "cold" or "normal" still is."""
+    a = sw.zeros(4, device=dev)
+    for bad in [None, 1, b"cold", 0.5, ["cold"]]:
+        with pytest.raises(TypeError, match="str"):
+            a.advise(bad)
+    with pytest.raises(ValueError, match="cold"):
+        a.advise("warm")
+    with pytest.raises(ValueError, match="cold"):
+        a.advise("cold\x00")
+    a.advise("cold")
+    a.advise(how="normal")
+    del a
+
+
+def _evict_one(dev, arrays):
+    """Which of arrays spill when the budget leaves room for one less."""
+    in_use = sw.memory_stats(dev)["in_use"]
+    sw.set_memory_budget(in_use - arrays[0].nbytes, dev)
+    out = [a.is_spilled for a in arrays]
+    sw.set_memory_budget(None, dev)
+    return out
+
+
+@pytest.mark.spills
+def test_the_spilling_order_is_not_lru(dev):
+    """The order README, docs/python.md and spillway.h state (issue 34:
+    they said least recently used first): a clean copy restored once and
+    read on the device since goes before every other array, however
+    recently used; restored a second time it is in LRU order again; a
+    prefetched copy not used yet is not cold; among cold arrays the clean
+    go before the advised dirty ones, whatever their age."""
+    a = sw.asarray(np.arange(N, dtype=np.float32), device=dev)
+    spill_all(dev)
+    d = sw.asarray(np.arange(N, dtype=np.float32) + 1, device=dev)
+    d *= 1.0
+    float(a.sum())  # a: restored once, read by an operation
+    e = sw.asarray(np.arange(N, dtype=np.float32) + 2, device=dev)
+    e *= 1.0
+    s0 = sw.memory_stats(dev)
+    assert _evict_one(dev, [a, d, e]) == [True, False, False]  # LRU: d
+    assert sw.memory_stats(dev)["clean_evictions"] == \
+        s0["clean_evictions"] + 1
+    spill_all(dev)
+    d *= 1.0
+    e *= 1.0
+    float(a.sum())  # a second restore: LRU order for good
+    assert _evict_one(dev, [a, d, e]) == [False, True, False]
+    del a, d, e
+
+    a = sw.asarray(np.arange(N, dtype=np.float32), device=dev)
+    spill_all(dev)
+    d = sw.asarray(np.arange(N, dtype=np.float32) + 1, device=dev)
+    d *= 1.0
+    a.prefetch()  # back, clean, but not used: not cold
+    sw.synchronize(dev)
+    assert _evict_one(dev, [a, d]) == [False, True]
+    float(a.sum())
+    d *= 1.0
+    d.advise("cold")  # cold, dirty, and older than a's last use
+    assert _evict_one(dev, [a, d]) == [True, False]  # the clean one first
+    del a, d
+    for doc in [sw.set_memory_budget.__doc__, sw.Array.advise.__doc__,
+                sw.__doc__]:
+        assert "cold" in doc

@@ -54,6 +54,63 @@ def test_spilled_arrays_go_to_disk_and_come_back(budgets):
 
 
 @pytest.mark.spills
+def test_memory_info_carries_the_host_and_disk_tiers(budgets):
+    """memory_info() -- the record users read -- has every tier, as
+    memory_stats() does: the host budget, what is on disk and its traffic,
+    clean copies and the staging pool (issue 34: they were only in
+    memory_stats())."""
+    dev = budgets
+    sw.set_memory_budget(1 << 20, dev)
+    sw.set_host_budget(1, dev)
+    a = sw.ones(N, device=dev)
+    b = sw.ones(N, device=dev)  # a goes out ...
+    sw.set_host_budget(1, dev)  # ... to the file, once its copy landed
+    assert float(a.sum()) == N  # back, clean; b out
+    sw.set_host_budget("64M", dev)
+    sw.set_memory_budget(1, dev)  # a (clean) evicted, copying nothing
+    sw.set_memory_budget(None, dev)
+    info, s = sw.memory_info(dev), sw.memory_stats(dev)
+    assert info.host_budget == 64 << 20
+    assert info.disk_write_bytes >= 1 << 20 and info.disk_read_bytes > 0
+    assert info.disk_write_seconds > 0 and info.clean_evictions >= 1
+    assert info.live_buffers == 2 and info.max_reserved >= 1 << 20
+    for name in ["host_budget", "spilled_disk", "host_copies",
+                 "clean_evictions", "host_pool", "host_pool_limit",
+                 "disk_write_bytes", "disk_read_bytes", "disk_write_seconds",
+                 "disk_read_seconds", "live_buffers", "max_reserved"]:
+        assert getattr(info, name) == s[name], name
+        assert f"{name}=" in repr(info)
+    del a, b
+    info = sw.memory_info(dev)
+    assert info.spilled_disk == 0 and info.host_copies == 0
+
+
+@pytest.mark.spills
+def test_memory_summary_shows_the_host_tier(budgets):
+    """memory_summary() reads memory_info(): the spill file's share of
+    what is spilled, the clean copies and the host budget."""
+    dev = budgets
+    text = sw.memory_summary(dev)
+    assert "Host budget" in text and "none" in text.split("Host budget")[1]
+    sw.set_memory_budget(1 << 20, dev)
+    sw.set_host_budget(1, dev)
+    a = sw.ones(N, device=dev)
+    b = sw.ones(N, device=dev)  # a goes out ...
+    sw.set_host_budget(1, dev)  # ... to the file, once its copy landed
+    lines = sw.memory_summary(dev).splitlines()
+    assert all(len(l) == len(lines[0]) for l in lines)
+
+    def value(label):
+        (line,) = [l for l in lines if l.startswith(f"| {label}")]
+        return line.strip("| ").split()[-2:]
+
+    assert value("  of it in the spill file") == ["1.00", "MiB"]
+    assert value("Host budget") == ["1", "B"]
+    assert value("Clean copies on the host") == ["0", "B"]
+    del a, b
+
+
+@pytest.mark.spills
 def test_history_records_the_disk(budgets):
     dev = budgets
     with sw.memory_history(device=dev) as h:

@@ -15,7 +15,10 @@ INFO_FIELDS = ["in_use", "peak", "cached", "spilled", "device_free",
                "device_total", "budget", "allocs", "frees", "spills",
                "restores", "spilled_bytes_total", "restored_bytes_total",
                "spill_seconds", "restore_seconds", "alloc_retries", "ooms",
-               "gc_runs"]
+               "gc_runs", "live_buffers", "max_reserved", "host_pool",
+               "host_pool_limit", "host_copies", "clean_evictions",
+               "host_budget", "spilled_disk", "disk_write_bytes",
+               "disk_read_bytes", "disk_write_seconds", "disk_read_seconds"]
 TORCH_KEYS = {
     "allocated_bytes.all.current": "in_use",
     "allocated_bytes.all.peak": "peak",
@@ -37,7 +40,8 @@ def test_memory_stats(sim):
     del b                                # cached: 512
     s = sw.memory_stats(sim)
     info = sw.memory_info(sim)
-    for name in INFO_FIELDS:
+    assert list(type(info).__match_args__) == INFO_FIELDS
+    for name in INFO_FIELDS:  # every memory_info field, the same value
         assert s[name] == getattr(info, name), name
     assert s["in_use"] == 4096 and s["cached"] == G
     assert s["reserved"] == s["in_use"] + s["cached"]
