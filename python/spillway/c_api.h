@@ -98,6 +98,16 @@ typedef struct sw_py_c_api {
                                 sw_device **dev);
     void (*device_unuse)(PyObject *device);
     PyObject *(*raise_error)(PyObject *module, int rc);
+
+    /* Queues: a runtime's own streams joined (sw_queue_wrap_native), so
+     * that its kernels' pins are ordered on them. */
+    int (*queue_create)(sw_device *dev, sw_queue **out);
+    int (*queue_wrap_native)(sw_device *dev, uintptr_t handle,
+                             sw_queue **out);
+    int (*queue_native)(sw_queue *q, uintptr_t *handle);
+    int (*queue_release)(sw_queue *q);
+    int (*queue_synchronize)(sw_queue *q);
+    int (*device_native_context)(sw_device *dev, uintptr_t *context);
 } sw_py_c_api;
 
 #ifdef __cplusplus

@@ -45,7 +45,7 @@ from .. import _plugin
 __all__ = ["use_spillway_allocator", "memory_stats", "library_path",
            "last_error", "MALLOC", "FREE",
            "set_devices", "devices", "device_error", "is_spilled",
-           "buffer_id"]
+           "buffer_id", "include_dir"]
 
 # ---------------------------------------------------------------------------
 # The CUDA allocator plug-in
@@ -153,6 +153,13 @@ def is_spilled(tensor):
         _unavailable()
     r = _layer._buffer_of(tensor)
     return False if r is None else r[2]
+
+
+def include_dir():
+    """The folder of the headers a vendor's own kernels include
+    (spillway.h, c_api.h, spillway_torch.h: docs/torch.md)."""
+    return _os.path.join(_os.path.dirname(_os.path.dirname(__file__)),
+                         "include")
 
 
 def _default_specs():

@@ -22,6 +22,7 @@
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/DeviceCapability.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <array>
@@ -68,7 +69,7 @@ static std::string table_list(const Table *t)
 const DeviceSlot &slot(c10::DeviceIndex index)
 {
     const Table *t = g_table.load(std::memory_order_acquire);
-    TORCH_CHECK_INDEX(index >= 0 && index < t->n, "spillway:", int(index),
+    TORCH_CHECK(index >= 0 && index < t->n, "spillway:", int(index),
                       " does not exist: there ", t->n == 1 ? "is " : "are ",
                       t->n, t->n == 1 ? " spillway device (" : " spillway devices (",
                       table_list(t),
@@ -267,6 +268,11 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     c10::DeviceIndex deviceCount() const noexcept override
     {
         return static_cast<c10::DeviceIndex>(device_count());
+    }
+    /* Every dtype: the kernels are the CPU's. */
+    c10::DeviceCapability getDeviceCapability(c10::Device) const override
+    {
+        return c10::DeviceCapability();
     }
     void destroyEvent(void *, const c10::DeviceIndex) const noexcept override
     {

@@ -16,10 +16,11 @@
  *     sizes, strides and offset, views of one storage over one CPU storage
  *     (so PyTorch's overlap checks see what they would see);
  *  4. the CPU kernel runs (Dispatcher::redispatchBoxed with the CPU key);
- *     while it does, this thread's CPU allocations -- the op's outputs,
- *     its temporaries -- are spillway blocks of the same device, pinned for
- *     as long as a CPU tensor holds them (the capture allocator below), so
- *     outputs are written where they will live, never copied;
+ *     while it does, this thread's CPU allocations of a page or more --
+ *     the op's outputs, its large temporaries -- are spillway blocks of the
+ *     same device, pinned for as long as a CPU tensor holds them (the
+ *     capture allocator below), so outputs are written where they will
+ *     live, never copied (a smaller output is copied once);
  *  5. results come back as spillway tensors: an input returned is that
  *     input; a view of an input, a view of its storage; a new tensor, the
  *     block it was written in; anything else (allocated elsewhere), a copy;
@@ -120,6 +121,11 @@ class HostPins {
 
 thread_local c10::DeviceIndex t_capture = -1;
 
+/* Smaller allocations stay the CPU allocator's: a kernel's scalars and
+ * index buffers are not worth a block and a pin, and a small output is
+ * cheaper copied once to the device (Run::to_device) than pinned. */
+constexpr size_t kCaptureMin = 4096;
+
 std::mutex g_cap_mu; /* a leaf */
 std::unordered_map<void *, Block *> g_captured;
 c10::Allocator *g_cpu_base = nullptr;
@@ -161,7 +167,7 @@ struct CaptureAllocator final : public c10::Allocator {
     c10::DataPtr allocate(size_t n) override
     {
         c10::DeviceIndex index = t_capture;
-        if (index < 0 || n == 0) {
+        if (index < 0 || n < kCaptureMin) {
                 /* The base's DataPtr as it is: its own deleter frees it
              * (raw_deallocate's goes through capture_delete, which hands
              * what it does not know to the base). */
@@ -477,31 +483,51 @@ class Run {
         return s;
     }
 
+    /* The same for any CPU storage: a captured one adopted, another (a
+     * small allocation the capture allocator left to the CPU's) copied
+     * to a new block of the device. */
+    c10::Storage adopt_or_copy(const c10::Storage &cpu)
+    {
+        c10::Storage s = adopt(cpu);
+        if (s)
+            return s;
+        const size_t n = cpu.nbytes();
+        c10::DataPtr dp;
+        if (n == 0) {
+            dp = c10::DataPtr(nullptr, c10::Device(kDevType, index_));
+        } else {
+            Block *b = block_alloc(index_, n);
+            dp = device_data_ptr(b);
+            block_unref(b); /* the DataPtr's reference remains */
+            NoGil nogil;
+            check(api->buffer_write(b->buf, 0, cpu.data_ptr().get(), n),
+                  "writing a result to " + describe(index_));
+        }
+        s = c10::Storage(c10::Storage::use_byte_size_t(), n, std::move(dp),
+                         allocator(), /*resizable=*/true);
+        adopted_.push_back({cpu.unsafeGetStorageImpl(), s});
+        return s;
+    }
+
     at::Tensor to_device(const at::Tensor &t)
     {
         if (!t.defined() || !t.device().is_cpu())
             return t;
+        TORCH_CHECK_NOT_IMPLEMENTED(
+            !t.is_quantized() && t.layout() == c10::kStrided,
+            "spillway: ", schema_.operator_name(), " made a ",
+            t.is_quantized() ? "quantized" : "non-strided",
+            " tensor; spillway devices hold strided tensors of plain dtypes");
         for (auto &a : aliases_)
             if (a.first.unsafeGetTensorImpl() == t.unsafeGetTensorImpl())
                 return a.second;
         c10::StorageImpl *impl = t.storage().unsafeGetStorageImpl();
         if (Orig *o = orig_of_alias(impl))
             return make_tensor(o->storage, kDevKeys, t);
-        c10::Storage s = adopt(t.storage());
-        if (s)
-            return make_tensor(std::move(s), kDevKeys, t);
-        /* Made by another allocator: a copy, contiguous. */
-        at::Tensor c = t.contiguous();
-        at::Tensor out = at::empty(
-            c.sizes(), c.options().device(c10::Device(kDevType, index_)));
-        if (c.nbytes() > 0) {
-            Span sp = span_of(out);
-            NoGil nogil;
-            check(api->buffer_write(sp.block->buf, sp.offset, c.data_ptr(),
-                                    c.nbytes()),
-                  "writing a result to " + describe(index_));
-        }
-        return out;
+        /* Written in a block of the device, or (small, or made by another
+         * allocator) copied to one: its storage whole, so views of one
+         * storage stay views of one. */
+        return make_tensor(adopt_or_copy(t.storage()), kDevKeys, t);
     }
 
     /* Arguments the kernel resized (storage re-pointed by resize_bytes)
@@ -516,12 +542,11 @@ class Run {
                             : nullptr;
             if (!written(o.impl) || a->data_ptr().get() == was)
                 continue;
-            /* resize_bytes gave the twin a new block: so does the storage
+            /* resize_bytes gave the twin new memory: so does the storage
              * (every view of it sees the new bytes, as on the CPU) */
-            Block *b = captured_block(a->data_ptr());
-            TORCH_CHECK(b != nullptr, "spillway: ", schema_.operator_name(),
-                        " re-pointed an argument's storage outside spillway");
-            o.impl->set_data_ptr_noswap(device_data_ptr(b));
+            c10::Storage s = adopt_or_copy(o.alias);
+            o.impl->set_data_ptr_noswap(
+                device_data_ptr(span_of_storage(s).block));
             o.impl->set_nbytes(a->nbytes());
         }
         for (auto &a : aliases_) {
@@ -533,10 +558,7 @@ class Run {
             c10::StorageImpl *now = cpu->storage().unsafeGetStorageImpl();
             Orig *o = orig_of_alias(now);
             if (o == nullptr) {
-                c10::Storage s = adopt(cpu->storage());
-                TORCH_CHECK(s, "spillway: ", schema_.operator_name(),
-                            " gave an argument storage outside spillway");
-                dev->set_storage_keep_dtype(s);
+                dev->set_storage_keep_dtype(adopt_or_copy(cpu->storage()));
             } else if (o->impl != dev->storage().unsafeGetStorageImpl()) {
                 dev->set_storage_keep_dtype(o->storage);
             }
@@ -634,6 +656,8 @@ void foreach_run(const c10::OperatorHandle &op, torch::jit::Stack *stack)
         stack->emplace_back(std::move(results[r]));
 }
 
+} // namespace
+
 void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 {
     if (is_foreach(op.schema()))
@@ -641,8 +665,6 @@ void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
     else
         Run(op, stack).run();
 }
-
-} // namespace
 
 void host_copy_pinned(const at::Tensor &dst, const at::Tensor &src)
 {

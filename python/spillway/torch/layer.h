@@ -19,6 +19,10 @@
  *                  copies, scalars, set_
  *   fallback.cpp   every other op: PyTorch's own CPU kernel run in place
  *                  on pinned device memory
+ *   cpu_paths.cpp  where PyTorch picks an algorithm by device type (a
+ *                  generic decomposition, an "overrideable" op, the SDPA
+ *                  backend), the CPU's, so results match the CPU's bit
+ *                  for bit
  *   module.cpp     the Python module spillway.torch._C
  *
  * Opaque addresses.  A tensor's data pointer is never an address of its
@@ -44,6 +48,7 @@
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/TensorBase.h>
+#include <ATen/core/stack.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
 #include <c10/core/Storage.h>
@@ -182,6 +187,13 @@ long live_blocks() noexcept;
  * ---------------------------------------------------------------------- */
 
 void install_capture_allocator();
+/* The fallback: op's CPU kernel on its arguments' pinned bytes (the stack
+ * holds op's arguments; it ends holding its results, on the device). */
+void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack);
+/* Register the fallback for the aten ops whose CPU kernel PyTorch would
+ * otherwise pass over for a generic decomposition (cpu_paths.cpp); once,
+ * at import, when every aten op is known. */
+void register_cpu_paths();
 /* dst <- src, both on one host-addressable device, by PyTorch's CPU copy
  * on their pinned bytes. */
 void host_copy_pinned(const at::Tensor &dst, const at::Tensor &src);

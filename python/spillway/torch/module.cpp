@@ -6,6 +6,7 @@
  * CPU allocator.  spillway/torch/__init__.py does the rest in Python.
  */
 #include "layer.h"
+#include "spillway_torch.h"
 
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -203,6 +204,41 @@ PyObject *default_generator_py(PyObject *, PyObject *arg)
     });
 }
 
+/* ------------------------------------------------------------------------
+ * The capsule for vendors' kernels (spillway_torch.h)
+ * ---------------------------------------------------------------------- */
+
+int api_tensor_buffer(const void *tensor, sw_buffer **buf, size_t *offset)
+{
+    *buf = nullptr;
+    *offset = 0;
+    const auto &t = *static_cast<const at::Tensor *>(tensor);
+    if (!t.defined() || t.device().type() != kDevType || !t.has_storage())
+        return SW_ERR_INVALID_ARG;
+    try {
+        Span sp = span_of(t);
+        if (sp.block != nullptr) {
+            *buf = sp.block->buf;
+            *offset = sp.offset;
+        }
+        return SW_OK;
+    } catch (...) {
+        return SW_ERR_INVALID_ARG;
+    }
+}
+
+sw_device *api_device(int index)
+{
+    if (index < 0 || index >= device_count())
+        return nullptr;
+    return slot(static_cast<c10::DeviceIndex>(index)).dev;
+}
+
+sw_torch_api torch_api = {
+    SW_TORCH_API_VERSION, sizeof(sw_torch_api), nullptr, api_tensor_buffer,
+    api_device,
+};
+
 PyMethodDef methods[] = {
     {"_default_generator", default_generator_py, METH_O,
      "the default generator of spillway:i"},
@@ -252,6 +288,22 @@ extern "C" __attribute__((visibility("default"))) PyObject *PyInit__C(void)
     }
     api = capi;
     g_spillway = mod; /* kept for the life of the process */
-    install_capture_allocator();
-    return PyModule_Create(&moduledef);
+    try {
+        install_capture_allocator();
+        register_cpu_paths();
+    } catch (const std::exception &e) {
+        PyErr_Format(PyExc_ImportError, "spillway.torch._C: %s", e.what());
+        return nullptr;
+    }
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m == nullptr)
+        return nullptr;
+    torch_api.lib = capi;
+    PyObject *cap = PyCapsule_New(&torch_api, SW_TORCH_API_CAPSULE, nullptr);
+    if (cap == nullptr || PyModule_AddObject(m, "_api", cap) < 0) {
+        Py_XDECREF(cap);
+        Py_DECREF(m);
+        return nullptr;
+    }
+    return m;
 }
