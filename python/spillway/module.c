@@ -145,7 +145,8 @@ static int module_exec(PyObject *m)
         sw_py_ordermap_setup(m, st) < 0 ||
         sw_py_history_setup(m, st) < 0 ||
         sw_py_pinned_setup(m, st) < 0 ||
-        sw_py_testapi_setup(m, st) < 0)
+        sw_py_testapi_setup(m, st) < 0 ||
+        sw_py_capi_setup(m, st) < 0)
         return -1;
     char version[32];
     snprintf(version, sizeof version, "%d.%d.%d", SW_VERSION_MAJOR,

@@ -504,6 +504,14 @@ int sw_py_ordermap_setup(PyObject *m, sw_py_state *st);
 int sw_py_history_setup(PyObject *m, sw_py_state *st);
 int sw_py_pinned_setup(PyObject *m, sw_py_state *st);
 int sw_py_testapi_setup(PyObject *m, sw_py_state *st);
+/* capi.c: the capsule spillway._spillway._c_api (c_api.h), and the module
+ * entries it shares with the test module's capsule (testapi.c). */
+int sw_py_capi_setup(PyObject *m, sw_py_state *st);
+PyObject *sw_py_api_resolve_device(PyObject *module, PyObject *obj,
+                                   sw_device **dev);
+void sw_py_api_device_use(PyObject *device);
+void sw_py_api_device_unuse(PyObject *device);
+PyObject *sw_py_api_raise_error(PyObject *module, int rc);
 
 /* A heap type of this module from spec, added to it (new reference). */
 PyTypeObject *sw_py_add_type(PyObject *m, PyType_Spec *spec);

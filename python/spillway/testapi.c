@@ -6,39 +6,6 @@
  */
 #include "array.h"
 
-static PyObject *api_resolve_device(PyObject *module, PyObject *obj,
-                                    sw_device **dev)
-{
-    sw_py_state *st = sw_py_module_state(module);
-    DeviceObject *d = sw_py_resolve_device(st, obj);
-    if (d == NULL)
-        return NULL;
-    /* Counted as in use for the caller, which ends it (device_unuse):
-     * never a handle that a close() from another thread ends meanwhile. */
-    if ((*dev = sw_py_device_try_use(d)) == NULL) {
-        if (sw_py_device_check_open(d) == 0)
-            sw_py_raise(st, SW_PY_CLOSED);
-        Py_DECREF(d);
-        return NULL;
-    }
-    return (PyObject *)d;
-}
-
-static void api_device_use(PyObject *device)
-{
-    sw_py_device_use((DeviceObject *)device);
-}
-
-static void api_device_unuse(PyObject *device)
-{
-    sw_py_device_unuse((DeviceObject *)device);
-}
-
-static PyObject *api_raise_error(PyObject *module, int rc)
-{
-    return sw_py_raise_rc(sw_py_module_state(module), rc);
-}
-
 static PyObject *api_open_devices(PyObject *module)
 {
     sw_py_state *st = sw_py_module_state(module);
@@ -82,10 +49,10 @@ static const sw_py_testing_api testing_api = {
     .inject_fault = sw_inject_fault,
     .last_error = sw_last_error,
     .err_name = sw_err_name,
-    .resolve_device = api_resolve_device,
-    .device_use = api_device_use,
-    .device_unuse = api_device_unuse,
-    .raise_error = api_raise_error,
+    .resolve_device = sw_py_api_resolve_device,
+    .device_use = sw_py_api_device_use,
+    .device_unuse = sw_py_api_device_unuse,
+    .raise_error = sw_py_api_raise_error,
     .open_devices = api_open_devices,
     .swap_track = api_swap_track,
     .object_counts = api_object_counts,

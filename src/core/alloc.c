@@ -145,6 +145,34 @@ int sw__budget_refusal_locked(sw_device *dev, size_t request, size_t size,
     return oom_report_locked(dev, request, size, tag, why);
 }
 
+/* A spill made for room failed -- the host tiers are full (the host budget
+ * and a spill file that cannot take more), or a copy failed -- and the
+ * buffers stay where they were.  What holds the tiers may be garbage
+ * (cycles the Python collector frees, spilled or not): the pressure
+ * callbacks run before the error stands, the last chance among them, so
+ * no allocation fails for good with collectable garbage holding the
+ * memory.  Returns true to retry; false leaves the spill's error, its
+ * message kept (the callbacks may have failed calls of their own). */
+static bool retry_after_failed_spill(sw_device *dev, size_t size, int rc,
+                                     bool *called_back, bool *last_called)
+{
+    if (*last_called)
+        return false;
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", sw_last_error());
+    for (int i = 0; i < 2 && !*last_called; i++) {
+        bool last = *called_back;
+        *called_back = true;
+        *last_called = last;
+        if (sw__run_callbacks_locked(dev, size, last)) {
+            dev->alloc_retries++;
+            return true;
+        }
+    }
+    (void)sw__errorf(rc, "%s", saved);
+    return false;
+}
+
 /* The ladder.  Each step that could have freed something is followed by a
  * retry from the top: the cache; under a budget, trimming the cache and
  * then spilling least-recently-used buffers -- only when that can make
@@ -154,7 +182,8 @@ int sw__budget_refusal_locked(sw_device *dev, size_t request, size_t size,
  * stream-ordered), emptying the cache, and then spilling, until it
  * succeeds or nothing is left.  Its last step, whichever way it fails, is
  * the callbacks once more, told it is the last chance
- * (sw_pressure_last_chance): a collector that settled for a cheap
+ * (sw_pressure_last_chance), and so is a spill's failure (the host tiers
+ * full: retry_after_failed_spill): a collector that settled for a cheap
  * collection at the first call (the Python module's back-off) then runs
  * its full one, so no allocation fails for good with collectable garbage
  * holding the memory.  On failure the message is the full report, naming
@@ -194,8 +223,12 @@ int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
                                 dev->budget;
                 uint64_t got = 0;
                 int rc = sw__spill_locked(dev, over, &got);
-                if (rc != SW_OK)
+                if (rc != SW_OK) {
+                    if (retry_after_failed_spill(dev, size, rc, &called_back,
+                                                 &last_called))
+                        continue;
                     return rc;
+                }
                 if (got > 0)
                     continue;
             }
@@ -243,8 +276,14 @@ int sw__obtain_locked(sw_device *dev, size_t request, size_t size,
         }
         uint64_t got = 0;
         rc = sw__spill_locked(dev, size, &got);
-        if (rc != SW_OK)
+        if (rc != SW_OK) {
+            if (retry_after_failed_spill(dev, size, rc, &called_back,
+                                         &last_called)) {
+                drained = false;
+                continue;
+            }
             return rc;
+        }
         if (got == 0) {
             if (!last_called) {
                 last_called = true;

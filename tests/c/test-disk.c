@@ -402,6 +402,79 @@ TEST(disk_directory_missing_or_removed)
     ASSERT_OK(sw_buffer_free(more));
 }
 
+/* Garbage a pressure callback frees: the buffers of `held`, all at once. */
+typedef struct {
+    sw_buffer **held;
+    int n, calls;
+} garbage;
+
+static int free_garbage(sw_device *dev, sw_pressure *p, size_t bytes,
+                        void *user)
+{
+    (void)dev;
+    (void)bytes;
+    garbage *g = user;
+    g->calls++;
+    if (g->n == 0)
+        return 0;
+    sw_pressure_unlock(p);
+    for (int i = 0; i < g->n; i++)
+        (void)sw_buffer_free(g->held[i]);
+    g->n = 0;
+    sw_pressure_relock(p);
+    return 1;
+}
+
+/* Every tier full -- the device budget, the host budget, and a spill
+ * directory that cannot be written -- with garbage holding them: the
+ * spill that fails for the host runs the pressure callbacks before its
+ * error stands, and the allocation succeeds once they free it (it failed
+ * with SW_ERR_HOST_OOM and no callback called). */
+TEST(disk_full_tiers_run_the_pressure_callbacks)
+{
+    test_require_spill();
+    char dir[256];
+    spill_dir(dir, sizeof dir);
+    ASSERT_EQ(rmdir(dir), 0);
+    sw_device *dev = test_device();
+    ASSERT_OK(sw_set_host_budget(dev, DB));
+    ASSERT_OK(sw_set_memory_budget(dev, 2 * test_round(DB)));
+    sw_buffer *held[3];
+    for (int i = 0; i < 3; i++) {
+        held[i] = test_alloc(dev, DB, "garbage");
+        test_write_pattern(held[i], 80 + (uint32_t)i);
+    }
+    /* Device and host full: one more cannot spill anything. */
+    sw_buffer *x = NULL;
+    ASSERT_ERR(sw_buffer_alloc(dev, DB, "refused", &x), SW_ERR_HOST_OOM);
+    ASSERT_TRUE(strstr(sw_last_error(), dir) != NULL);
+    garbage g = {held, 3, 0};
+    int id = -1;
+    ASSERT_OK(sw_add_pressure_callback(dev, free_garbage, &g, &id));
+    sw_buffer *a = test_alloc(dev, DB, "after collection");
+    sw_buffer *b = test_alloc(dev, DB, "after collection");
+    ASSERT_EQ(g.n, 0);
+    ASSERT_TRUE(g.calls >= 1);
+    test_write_pattern(a, 90);
+    test_write_pattern(b, 91);
+    test_expect_pattern(a, 90);
+    test_expect_pattern(b, 91);
+    /* Nothing left to free: both calls, then the tiers' own error. */
+    int calls = g.calls;
+    sw_buffer *c = NULL, *d = NULL;
+    ASSERT_OK(sw_buffer_alloc(dev, DB, "host tier", &c)); /* a spills */
+    ASSERT_ERR(sw_buffer_alloc(dev, DB, "refused", &d), SW_ERR_HOST_OOM);
+    ASSERT_TRUE(strstr(sw_last_error(), dir) != NULL);
+    ASSERT_EQ(g.calls, calls + 2);
+    test_expect_pattern(a, 90);
+    ASSERT_OK(sw_remove_pressure_callback(dev, id));
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_OK(sw_set_host_budget(dev, 0));
+    ASSERT_OK(sw_buffer_free(a));
+    ASSERT_OK(sw_buffer_free(b));
+    ASSERT_OK(sw_buffer_free(c));
+}
+
 /* A full disk: a file size limit (RLIMIT_FSIZE, EFBIG; what a small
  * filesystem's ENOSPC does to the same writes), in a child of its own. */
 static int full_disk_child(void *arg)

@@ -25,6 +25,7 @@
     X(disk_budget_lowered_under_spilled_data)                                 \
     X(disk_faults_at_every_n)                                                 \
     X(disk_directory_missing_or_removed)                                      \
+    X(disk_full_tiers_run_the_pressure_callbacks)                             \
     X(disk_full)                                                              \
     X(thread_disk_tier)                                                       \
     X(disk_prefetch_in_background)                                            \
