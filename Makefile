@@ -174,6 +174,14 @@ ALL_SUITES += fuzz-replay-mt '$(FUZZ_RUN) build/tests/fuzz/fuzz_spillway_threads
 # that survived every plain replay here failed this at once.
 ALL_SUITES += fuzz-jitter 'SPILLWAY_SIM_JITTER=50 $(FUZZ_RUN) build/tests/fuzz/fuzz_spillway_replay $(FUZZ_SEEDS)/spillway -seed=2 -runs=50'
 ALL_SUITES += fuzz-jitter-mt 'SPILLWAY_SIM_JITTER=50 FUZZ_DEVICES=sim:0,sim:1 $(FUZZ_RUN) build/tests/fuzz/fuzz_spillway_threads_replay $(FUZZ_SEEDS)/threads -seed=2 -runs=20'
+# spillway as a PyTorch device (scripts/test-torch.sh, docs/torch.md): a
+# venv of its own, .venv-torch, with torch==2.13.0 (the CPU build this
+# machine kind keeps on disk; never in requirements.txt: any other torch
+# pulls a CUDA build of several GB), a wheel of this checkout built there
+# without build isolation (so the C++ layer is in it; build-torch/ is its
+# build folder), installed, and tests/torch run against it from an empty
+# folder.  "not run" where torch 2.13.0 is not on the machine's disk.
+ALL_SUITES += torch     'scripts/test-torch.sh'
 # The soak (tests/soak), briefly: `make soak DURATION=10m` runs it longer.
 # Here with every small command through the sim's workers (its buffers
 # are small: inline, most would run on the caller), so that its threads'
@@ -356,6 +364,12 @@ bench: build-release
 	  $(VENV)/bin/python bench/bench_threads.py --compare \
 	    build-release/bench-threads-gil.json build-release/bench-threads-ft.json; \
 	fi
+	@if [[ -x .venv-torch/bin/python ]]; then \
+	  echo "== bench/bench_torch.py (.venv-torch: the torch suite's wheel)"; \
+	  .venv-torch/bin/python bench/bench_torch.py; \
+	else \
+	  echo "== bench/bench_torch.py: no .venv-torch (make test SUITES=torch makes it)"; \
+	fi
 
 # Every SW_ERR_HOST_OOM return of the core reached by the host-allocation
 # fault tests, shown line by line from a gcov build (build-cov/).
@@ -366,10 +380,10 @@ coverage-hostoom: venv
 
 clean:
 	rm -rf build build-asan build-tsan build-release build-cov build-fuzz \
-	       build-ft build-ft-tsan build-ft-release
+	       build-ft build-ft-tsan build-ft-release build-torch
 
 # The free-threaded interpreters (.python-ft*, minutes to rebuild) go too.
 distclean: clean
-	rm -rf $(VENV) .venv-ft .venv-ft-tsan .python-ft .python-ft-tsan
+	rm -rf $(VENV) .venv-ft .venv-ft-tsan .venv-torch .python-ft .python-ft-tsan
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 	find . -name '*.pyc' -delete

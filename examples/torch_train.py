@@ -86,6 +86,7 @@ def main():
     # 2. The same loop under the budget, its memory history recorded.
     torch.spillway.empty_cache()
     torch.spillway.set_memory_budget(budget)
+    torch.spillway.reset_peak_memory_stats()
     before = torch.spillway.memory_info()
     history = sw.memory_history(device=dev)
 
