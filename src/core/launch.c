@@ -139,7 +139,7 @@ static void say_brought_back(int rc, size_t brought)
  * (hold_token: this call's) until the end. */
 int sw__pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
                         const unsigned char *access, size_t n,
-                        sw_devmem *ptrs, size_t from)
+                        sw_devmem *ptrs, size_t from, bool pin_q)
 {
     int rc = SW_OK;
     bool checked_fit = false, room_checked = false;
@@ -197,9 +197,11 @@ int sw__pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
             base->pins++;
         }
         base->last_use = ++dev->clock;
-        /* Safe across queues (queue.c). */
+        /* Safe across queues (queue.c); a pin for the caller's work on q
+         * after every queue's work on it. */
         if ((q != NULL || base->qmask != 0) &&
-            (rc = sw__order_use_locked(dev, base, q)) != SW_OK) {
+            (rc = pin_q ? sw__order_pin_locked(dev, base, q)
+                        : sw__order_use_locked(dev, base, q)) != SW_OK) {
             i++; /* this one is pinned too */
             break;
         }
@@ -278,7 +280,7 @@ int sw__pin_all_access_locked(sw_device *dev, sw__queue *q,
         if (__builtin_expect(i == n, 1))
             return SW_OK;
     }
-    return sw__pin_rest_locked(dev, q, bufs, access, n, ptrs, i);
+    return sw__pin_rest_locked(dev, q, bufs, access, n, ptrs, i, false);
 }
 
 int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
