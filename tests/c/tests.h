@@ -64,6 +64,10 @@
     X(contract_failed_sum_keeps_its_operand)                               \
     X(contract_too_large_counts_as_oom)                                    \
     X(thread_contract_held_restores)                                       \
+    /* test-refused.c */                                                      \
+    X(refused_set_too_large_moves_nothing)                                    \
+    X(refused_set_that_cannot_come_back_moves_nothing)                        \
+    X(refused_result_beside_its_operands)                                     \
     /* test-pinorder.c */                                                     \
     X(pinorder_pin_waits_for_other_queues)                                    \
     X(thread_pinorder_queues_write_in_order)                                  \
