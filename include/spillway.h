@@ -673,9 +673,10 @@ SW_API int sw_op_sum(sw_buffer *a, sw_dtype dtype, size_t n, sw_scalar *out);
  * Work on different queues may run concurrently; spillway itself keeps
  * memory safe across queues (a buffer first used on a queue waits there
  * for the default queue's earlier work on it; a spill, free, host read or
- * write waits on the device for every queue that used the buffer), but
- * ordering between queues for your own data is yours to state with
- * events, as an order record does.
+ * write waits on the device for every queue that used the buffer; a pin
+ * for your own kernels, sw_launch_begin_q, waits for every queue's work
+ * on its buffers), but ordering the operations on two queues for your own
+ * data is yours to state with events, as an order record does.
  * ---------------------------------------------------------------------- */
 
 typedef struct sw_queue sw_queue;
@@ -723,7 +724,10 @@ SW_API int sw_launch_kernel_q(sw_queue *q, const sw_kernel_args *args);
  * sw_launch_begin: restoring may spill others, never an argument; a set
  * that cannot fit together is SW_ERR_OOM before anything moves), pins
  * them, writes their memory to ptrs[i], and orders q after the work
- * already queued on them (on the device: nothing waits on the host).
+ * already queued on them, on any queue -- the default queue's, other
+ * queues' operations and other pins' work alike -- so that nothing queued
+ * before the pin lands over what you write (on the device: nothing waits
+ * on the host).
  * Queue your work on q (or on its native stream, sw_queue_native), then
  * call sw_launch_end_q with the same q, bufs and n: the pins end in
  * stream order -- a later spill, free, reuse of the memory, host read or
@@ -731,9 +735,10 @@ SW_API int sw_launch_kernel_q(sw_queue *q, const sw_kernel_args *args);
  * on q before the end.
  *
  * q NULL means the host: sw_launch_begin_q then also waits (without the
- * device lock) until the work queued on the buffers so far has completed,
- * so that the memory can be read and written from the host (the
- * simulated and host devices) or from a stream you synchronize yourself;
+ * device lock) until the work queued on the buffers so far, on any queue,
+ * has completed, so that the memory can be read and written from the host
+ * (the simulated and host devices) or from a stream you synchronize
+ * yourself;
  * your work must be complete when you call sw_launch_end_q(NULL, ...).
  * Duplicates in bufs are pinned once per occurrence, and pins nest. */
 SW_API int sw_launch_begin_q(sw_queue *q, sw_buffer *const *bufs, size_t n,

@@ -7,6 +7,7 @@
  * (operators.c), pickling and copy.copy (pickle.c).
  */
 #include "array.h"
+#include "core/beside.h"
 #include "dtype.h"
 
 #include <string.h>
@@ -118,9 +119,12 @@ int sw_py_sync_if_exported(sw_py_state *st, DeviceObject *d)
     return 0;
 }
 
+/* nops > 0: the result of a launch on ops[0..nops) (buffers of d),
+ * allocated beside them (core/beside.h). */
 static PyObject *array_alloc(sw_py_state *st, DeviceObject *d,
                              sw_dtype dt, int ndim, const Py_ssize_t *shape,
-                             size_t nelem, const char *tag, int take)
+                             size_t nelem, const char *tag, int take,
+                             sw_buffer *const *ops, size_t nops)
 {
     sw_buffer *buf = NULL;
     size_t nbytes = nelem * sw_py_dtypes[dt].size;
@@ -131,7 +135,9 @@ static PyObject *array_alloc(sw_py_state *st, DeviceObject *d,
     if (dev == NULL) {
         sw_py_raise(st, SW_PY_CLOSED);
     } else {
-        NOGIL_ALLOC(rc, sw_buffer_alloc(dev, nbytes, tag, &buf));
+        NOGIL_ALLOC(rc, nops > 0 ? sw__buffer_alloc_beside(dev, nbytes, tag,
+                                                           ops, nops, &buf)
+                                 : sw_buffer_alloc(dev, nbytes, tag, &buf));
         if (rc == SW_OK)
             return wrap(st, d, buf, dt, ndim, shape, nelem, take | TAKE_USE);
         sw_py_raise(st, rc);
@@ -146,7 +152,7 @@ PyObject *sw_py_array_alloc(sw_py_state *st, DeviceObject *d, sw_dtype dt,
                             int ndim, const Py_ssize_t *shape, size_t nelem,
                             const char *tag)
 {
-    return array_alloc(st, d, dt, ndim, shape, nelem, tag, 0);
+    return array_alloc(st, d, dt, ndim, shape, nelem, tag, 0, NULL, 0);
 }
 
 PyObject *sw_py_array_alloc_ref(sw_py_state *st, DeviceObject *d,
@@ -154,7 +160,17 @@ PyObject *sw_py_array_alloc_ref(sw_py_state *st, DeviceObject *d,
                                 const Py_ssize_t *shape, size_t nelem,
                                 const char *tag)
 {
-    return array_alloc(st, d, dt, ndim, shape, nelem, tag, TAKE_REF);
+    return array_alloc(st, d, dt, ndim, shape, nelem, tag, TAKE_REF, NULL,
+                       0);
+}
+
+ArrayObject *sw_py_result_like(sw_py_state *st, ArrayObject *a,
+                               ArrayObject *b, const char *tag)
+{
+    sw_buffer *ops[2] = {a->buf, b != NULL ? b->buf : NULL};
+    return (ArrayObject *)array_alloc(st, a->device, a->dtype, SW_PY_NDIM(a),
+                                      a->shape, a->nelem, tag, 0, ops,
+                                      b != NULL ? 2 : 1);
 }
 
 PyObject *sw_py_array_from_host(sw_py_state *st, DeviceObject *d,

@@ -62,6 +62,13 @@ PyObject *sw_py_array_alloc_ref(sw_py_state *st, DeviceObject *d,
                                 sw_dtype dt, int ndim,
                                 const Py_ssize_t *shape, size_t nelem,
                                 const char *tag);
+/* A new Array like a for the result of an operation on a (and b, unless
+ * NULL: of a's device): allocated beside them, so that making its room
+ * never spills them, and refused (DeviceMemoryError, nothing moved) when
+ * they and it cannot fit together -- before the allocation trims the
+ * cache or spills anything for a launch that would then be refused. */
+ArrayObject *sw_py_result_like(sw_py_state *st, ArrayObject *a,
+                               ArrayObject *b, const char *tag);
 /* -1 with ValueError when the array's device was closed. */
 int sw_py_array_check_device(ArrayObject *a);
 /* After an operation: while a DLPack export of the device's memory lives,

@@ -56,15 +56,6 @@ static PyObject *no_scalar_kernel(PyObject *a, PyObject *b, const char *op)
     return NULL;
 }
 
-/* A new Array like a for an operator's result. */
-static ArrayObject *result_like(sw_py_state *st, ArrayObject *a,
-                                const char *tag)
-{
-    return (ArrayObject *)sw_py_array_alloc(st, a->device, a->dtype,
-                                            SW_PY_NDIM(a), a->shape, a->nelem,
-                                            tag);
-}
-
 /* The type of a complex dtype's parts when the device computes with it,
  * else -1 (a real dtype; or a backend that declares complex and not its
  * parts, which keeps the complex kernels). */
@@ -95,7 +86,8 @@ static PyObject *do_add(sw_py_state *st, ArrayObject *a, ArrayObject *b,
         sw_py_check_match(a, b, name, "a", "b") < 0 ||
         sw_py_kernel_check(st, a->device, SW_PY_OP_ADD, a->dtype, a->buf) < 0)
         return NULL;
-    out = out ? (ArrayObject *)Py_NewRef(out) : result_like(st, a, "add");
+    out = out ? (ArrayObject *)Py_NewRef(out)
+              : sw_py_result_like(st, a, b, "add");
     if (out == NULL)
         return NULL;
     sw_py_op op = {.kind = SW_PY_OP_ADD, .out = out->buf, .a = a->buf,
@@ -117,7 +109,7 @@ static PyObject *do_sub(sw_py_state *st, ArrayObject *a, ArrayObject *b,
     if (inplace) {
         out = (ArrayObject *)Py_NewRef(a);
     } else {
-        out = result_like(st, a, "sub");
+        out = sw_py_result_like(st, a, b, "sub");
         if (out == NULL)
             return NULL;
         sw_py_op cp = {.kind = SW_PY_OP_COPY, .out = out->buf, .a = a->buf,
@@ -149,7 +141,8 @@ static PyObject *do_scale(sw_py_state *st, ArrayObject *a, sw_scalar s,
                           sw_dtype dt, size_t n, ArrayObject *out,
                           const char *tag)
 {
-    out = out ? (ArrayObject *)Py_NewRef(out) : result_like(st, a, tag);
+    out = out ? (ArrayObject *)Py_NewRef(out)
+              : sw_py_result_like(st, a, NULL, tag);
     if (out == NULL)
         return NULL;
     sw_py_op op = {.kind = SW_PY_OP_SCALE, .out = out->buf, .a = a->buf,
@@ -324,7 +317,7 @@ PyObject *sw_py_array_copy_impl(sw_py_state *st, ArrayObject *a,
         PyMem_RawFree(tmp);
         return r;
     }
-    ArrayObject *out = result_like(st, a, tag ? tag : "copy");
+    ArrayObject *out = sw_py_result_like(st, a, NULL, tag ? tag : "copy");
     if (out == NULL)
         return NULL;
     sw_py_op op = {.kind = SW_PY_OP_COPY, .out = out->buf, .a = a->buf,

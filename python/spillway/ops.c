@@ -301,14 +301,13 @@ int sw_py_check_match(ArrayObject *a, ArrayObject *b, const char *fname,
     return 0;
 }
 
-/* out= argument: the given Array (checked against a) or a new one. */
+/* out= argument: the given Array (checked against a) or a new one,
+ * allocated beside the operands a and b (b may be NULL). */
 static ArrayObject *out_arg(sw_py_state *st, PyObject *o, ArrayObject *a,
-                            const char *fname)
+                            ArrayObject *b, const char *fname)
 {
     if (sw_py_absent(o))
-        return (ArrayObject *)sw_py_array_alloc(st, a->device, a->dtype,
-                                                SW_PY_NDIM(a), a->shape,
-                                                a->nelem, fname);
+        return sw_py_result_like(st, a, b, fname);
     ArrayObject *out = sw_py_array_arg(st, o, fname, "out");
     if (out == NULL || sw_py_check_match(a, out, fname, "the input", "out") < 0)
         return NULL;
@@ -340,7 +339,7 @@ static PyObject *mod_add(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
         sw_py_kernel_check(st, a->device, SW_PY_OP_ADD, a->dtype, a->buf) <
             0)
         return NULL;
-    ArrayObject *out = out_arg(st, v[2], a, "add");
+    ArrayObject *out = out_arg(st, v[2], a, b, "add");
     if (out == NULL)
         return NULL;
     sw_py_op op = {.kind = SW_PY_OP_ADD, .out = out->buf, .a = a->buf,
@@ -368,7 +367,7 @@ static PyObject *mod_scale(PyObject *m, PyObject *const *args,
         sw_py_scalar_from_py(v[1], a->dtype, &s, "scale factor") < 0 ||
         sw_py_queue_arg(st, v[3], a->device, "scale", &q) < 0)
         return NULL;
-    ArrayObject *out = out_arg(st, v[2], a, "scale");
+    ArrayObject *out = out_arg(st, v[2], a, NULL, "scale");
     if (out == NULL)
         return NULL;
     sw_py_op op = {.kind = SW_PY_OP_SCALE, .out = out->buf, .a = a->buf,

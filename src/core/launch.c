@@ -4,6 +4,7 @@
  * the built-in kernels and the operations built on them are ops.c's.
  */
 #include "core/internal.h"
+#include "core/beside.h"
 #include "core/launch.h"
 
 #include <stdio.h>
@@ -99,9 +100,12 @@ int sw__check_room_locked(sw_device *dev, sw__buf *const *bufs, size_t n,
         if (sw__run_callbacks_locked(dev, bytes, round == 1))
             dev->alloc_retries++;
     }
-    char what[80];
-    snprintf(what, sizeof what, "bringing back %zu spilled argument%s of "
-             "%zu", count, count == 1 ? "" : "s", n);
+    char what[120], b1[32];
+    int at = snprintf(what, sizeof what, "bringing back %zu spilled "
+                      "argument%s of %zu", count, count == 1 ? "" : "s", n);
+    if (extra > 0 && at > 0 && (size_t)at < sizeof what)
+        snprintf(what + at, sizeof what - (size_t)at, " and %s for the "
+                 "result", sw_format_bytes(extra, b1, sizeof b1));
     int rc = sw__budget_refusal_locked(dev, bytes, bytes, what);
     dev->ooms++;
     if (dev->tracing)
@@ -139,7 +143,7 @@ static void say_brought_back(int rc, size_t brought)
  * (hold_token: this call's) until the end. */
 int sw__pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
                         const unsigned char *access, size_t n,
-                        sw_devmem *ptrs, size_t from)
+                        sw_devmem *ptrs, size_t from, bool pin_q)
 {
     int rc = SW_OK;
     bool checked_fit = false, room_checked = false;
@@ -197,9 +201,11 @@ int sw__pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
             base->pins++;
         }
         base->last_use = ++dev->clock;
-        /* Safe across queues (queue.c). */
+        /* Safe across queues (queue.c); a pin for the caller's work on q
+         * after every queue's work on it. */
         if ((q != NULL || base->qmask != 0) &&
-            (rc = sw__order_use_locked(dev, base, q)) != SW_OK) {
+            (rc = pin_q ? sw__order_pin_locked(dev, base, q)
+                        : sw__order_use_locked(dev, base, q)) != SW_OK) {
             i++; /* this one is pinned too */
             break;
         }
@@ -278,7 +284,7 @@ int sw__pin_all_access_locked(sw_device *dev, sw__queue *q,
         if (__builtin_expect(i == n, 1))
             return SW_OK;
     }
-    return sw__pin_rest_locked(dev, q, bufs, access, n, ptrs, i);
+    return sw__pin_rest_locked(dev, q, bufs, access, n, ptrs, i, false);
 }
 
 int sw__pin_all_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
@@ -489,4 +495,55 @@ SW_API int sw_launch_end(sw_device *dev, sw_buffer *const *bufs, size_t n)
     sw__args_free(&a);
     sw__unlock(dev);
     return SW_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * A launch's result, allocated beside its operands (beside.h)
+ * ---------------------------------------------------------------------- */
+
+int sw__buffer_alloc_beside(sw_device *dev, size_t size, const char *tag,
+                            sw_buffer *const *operands, size_t n,
+                            sw_buffer **out)
+{
+    if (out == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    if (n == 0)
+        return sw_buffer_alloc(dev, size, tag, out);
+    if (operands == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "operands is NULL");
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    launch_args a;
+    rc = sw__args_decode_locked(dev, operands, n, &a);
+    if (rc != SW_OK) {
+        sw__unlock(dev);
+        return rc;
+    }
+    /* The bases, pinned: the checks count them as what cannot move (so
+     * that room is never found by spilling one), the allocation's ladder
+     * spills others only, and a handle freed meanwhile (the lock is let
+     * go) leaves its base to be released at the unpin. */
+    for (size_t i = 0; i < n; i++) {
+        a.v[i] = a.v[i]->base;
+        a.v[i]->pins++;
+    }
+    uint64_t rounded = size > SIZE_MAX - (SW_ALLOC_GRANULARITY - 1)
+                           ? size
+                           : (size + SW_ALLOC_GRANULARITY - 1) &
+                                 ~(size_t)(SW_ALLOC_GRANULARITY - 1);
+    rc = sw__check_fit_locked(dev, a.v, n, rounded);
+    if (rc == SW_OK)
+        rc = sw__check_room_locked(dev, a.v, n, rounded);
+    if (rc == SW_OK) {
+        sw__unlock(dev);
+        rc = sw_buffer_alloc(dev, size, tag, out);
+        sw__lock(dev);
+    }
+    for (size_t i = 0; i < n; i++)
+        sw__unpin_locked(dev, a.v[i]);
+    sw__args_free(&a);
+    sw__unlock(dev);
+    return rc;
 }

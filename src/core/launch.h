@@ -18,18 +18,18 @@ static inline bool sw__acc_write(const unsigned char *access, size_t i)
 /* The warm path's pin of one argument: its base resident, not moving, not
  * held by another call's restore, with nothing to order -- for the default
  * queue (q_bit 0): no queue used it (qmask 0, qsynced with it); for a
- * queue (q_bit its bit): that queue waited for the default queue's work on
- * it already and is marked as using it, and no prefetch's copy in is left
- * to wait for -- then pinned, used at `clock`, and its pointer written.
- * False (nothing done) for the general path. */
+ * queue's pin (q_bit its bit): that queue waited for the default queue's
+ * work on it already and is the only queue marked as using it (another
+ * queue's work, or a prefetch's copy in, is to wait for: the general path,
+ * sw__order_pin_locked) -- then pinned, used at `clock`, and its pointer
+ * written.  False (nothing done) for the general path. */
 static inline bool sw__pin_warm(sw__buf *b, uint64_t clock, sw_devmem *p,
                                 uint64_t q_bit, bool write)
 {
     sw__buf *base = b->base;
     uint64_t m = base->qmask;
     bool ordered = q_bit == 0 ? m == 0
-                              : (base->qsynced & q_bit) != 0 &&
-                                    (m & (q_bit | SW__QMASK_RESTORE)) == q_bit;
+                              : (base->qsynced & q_bit) != 0 && m == q_bit;
     if (__builtin_expect(base->state != SW_RESIDENT || base->moving ||
                              base->hold_host || !ordered ||
                              (base->clean & write),
@@ -150,10 +150,18 @@ bool sw__warm_end_locked(sw_device *dev, const sw__queue *q,
                          sw_buffer *const *bufs, size_t n);
 /* Pin bufs[from..n) (a spilled or moving argument, or a queue to order)
  * after the warm path pinned bufs[0..from); on failure none stays pinned
- * (launch.c says what stays restored). */
+ * (launch.c says what stays restored).  pin_q: a pin for the caller's
+ * work on q (sw_launch_begin_q), ordered after every queue's work on the
+ * buffers (sw__order_pin_locked), not only the default queue's. */
 int sw__pin_rest_locked(sw_device *dev, sw__queue *q, sw__buf *const *bufs,
                         const unsigned char *access, size_t n,
-                        sw_devmem *ptrs, size_t from);
+                        sw_devmem *ptrs, size_t from, bool pin_q);
+/* sw__order_use_locked for a pin on q (sw_launch_begin_q; launch_q.c): q
+ * also waits, on the device, for every other queue that used base, so that
+ * the caller's own kernel there never sees a write still queued elsewhere
+ * land over its own (the built-in operations on queues leave that order to
+ * the caller).  Never blocks. */
+int sw__order_pin_locked(sw_device *dev, sw__buf *base, sw__queue *q);
 /* Every access mode one of the two (checked before anything else); on
  * failure the pointers are cleared, as every failed begin leaves them. */
 int sw__access_check(const unsigned char *access, size_t n, sw_devmem *ptrs);

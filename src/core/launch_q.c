@@ -44,6 +44,34 @@ static int begin_host_locked(sw_device *dev, sw__buf *const *v,
     return rc;
 }
 
+/* Ordering across queues for a pin (launch.h).  q first waits for the
+ * default queue's work as any use (queue.c), then for each other queue
+ * marked on base: those marks may stand for work that writes it. */
+int sw__order_pin_locked(sw_device *dev, sw__buf *base, sw__queue *q)
+{
+    int rc = sw__order_use_locked(dev, base, q);
+    uint64_t bit = UINT64_C(1) << q->id;
+    uint64_t others = base->qmask & ~SW__QMASK_RESTORE;
+    if (rc != SW_OK || ((others & ~bit) == 0 && q->id != SW__QID_SHARED))
+        return rc;
+    for (sw__queue *o = dev->queues; o; o = o->next) {
+        if (o == q || o->bq == q->bq ||
+            !(others & (UINT64_C(1) << o->id)))
+            continue;
+        if ((rc = sw__b_queue_wait(dev, q->bq, o->bq)) != SW_OK)
+            return rc;
+    }
+    /* q's work now comes after theirs, so whatever waits for q (its mark
+     * is set) waits for theirs too: their marks go, so that q's next pin
+     * is the warm path's, and their next use marks them again (and orders
+     * them after the default queue's work again).  A queue holding a pin
+     * keeps its mark: more of its work may come before its pin ends. */
+    uint64_t done = others & ~bit & ~base->qpinmask;
+    base->qmask &= ~done;
+    base->qsynced &= ~done;
+    return SW_OK;
+}
+
 /* The pins of sw_launch_begin_q for the queue of bit, counted on each
  * base (each occurrence: duplicates are pinned twice). */
 static inline void queue_pins_locked(sw__buf *const *v, size_t n,
@@ -102,7 +130,8 @@ static int launch_begin_q(sw_queue *qh, sw_buffer *const *bufs,
     last_begin_t *last = sw__last_begin();
     uint64_t bit = q != NULL ? UINT64_C(1) << q->id : 0;
     /* The warm path: every argument resident and q already ordered after
-     * its earlier work (its bit set, no prefetch's copy in to wait for). */
+     * its earlier work (its bit set and no other: no other queue's work
+     * and no prefetch's copy in to wait for). */
     if (q != NULL && n <= ARGS_ON_STACK && n > 0 &&
         sw__memo_pin_locked(dev, last, bufs, access, n, ptrs, bit) == n) {
         queue_pins_locked(last->b, n, bit);
@@ -127,7 +156,7 @@ static int launch_begin_q(sw_queue *qh, sw_buffer *const *bufs,
             dev->clock = clock;
             rc = i == n ? SW_OK
                         : sw__pin_rest_locked(dev, q, a.v, access, n, ptrs,
-                                              i);
+                                              i, true);
             if (rc == SW_OK)
                 queue_pins_locked(a.v, n, bit);
         }

@@ -672,7 +672,9 @@ int sw__order_use_locked(sw_device *dev, sw__buf *base, sw__queue *q)
         int rc = sw__b_queue_wait(dev, q->bq, dev->q);
         if (rc != SW_OK)
             return rc;
-        base->qsynced |= bit;
+        /* (The id the queues past the 62nd share says nothing of one.) */
+        if (q->id != SW__QID_SHARED)
+            base->qsynced |= bit;
     }
     sw__queue_mark_used_locked(q, base);
     return SW_OK;

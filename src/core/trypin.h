@@ -37,7 +37,8 @@ int sw__queue_try_enter(const sw_queue *h, sw__queue **q);
 
 /* sw_launch_begin_q_access (access NULL: every argument written) when
  * every argument is resident and q already ordered after its earlier
- * work; else SW__AGAIN, nothing pinned and ptrs unspecified.  With a
+ * work (no other queue's to wait for); else SW__AGAIN, nothing pinned and
+ * ptrs unspecified.  With a
  * NULL queue (the host's pin), only when no queue's work is on them and
  * the default queue is idle: nothing to wait for. */
 int sw__launch_begin_q_try(sw_queue *q, sw_buffer *const *bufs,

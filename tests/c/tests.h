@@ -65,6 +65,16 @@
     X(contract_failed_sum_keeps_its_operand)                               \
     X(contract_too_large_counts_as_oom)                                    \
     X(thread_contract_held_restores)                                       \
+    /* test-refused.c */                                                      \
+    X(refused_set_too_large_moves_nothing)                                    \
+    X(refused_set_that_cannot_come_back_moves_nothing)                        \
+    X(refused_result_beside_its_operands)                                     \
+    /* test-pinorder.c */                                                     \
+    X(pinorder_pin_waits_for_other_queues)                                    \
+    X(thread_pinorder_queues_write_in_order)                                  \
+    X(pinorder_waits_for_a_queue_still_pinning)                               \
+    X(pinorder_host_pin_waits_for_every_queue)                                \
+    X(pinorder_queues_sharing_an_id)                                          \
     /* test-native.c */                                                       \
     X(native_pin_on_queue_orders_later_spill)                                 \
     X(native_pin_on_queue_orders_reuse)                                       \

@@ -313,7 +313,12 @@ static int root_of(fz_engine *e, int slot)
     return fz_root(e, e->buf[slot].alloc, 0, &ro);
 }
 
-void fz_order_before(fz_engine *e, int devi, int q, const int *slots, int n)
+/* pin: before sw_launch_begin_q on queue q, which orders q after every
+ * queue's work on the buffers by itself (DESIGN.md, session 4): the
+ * model waits only where the core cannot see the order (aliases, raw
+ * memory). */
+static void order_before(fz_engine *e, int devi, int q, const int *slots,
+                         int n, bool pin)
 {
     int mine = q >= 0 ? devi * FZ_NQUEUE + q + 1 : 0;
     for (int k = 0; k < n; k++) {
@@ -332,12 +337,13 @@ void fz_order_before(fz_engine *e, int devi, int q, const int *slots, int n)
             continue;
         }
         /* The default queue waits for other queues' work on a buffer by
-         * itself (queue.c), but only for work on the same base: a queue's
-         * work through a wrapped buffer and the allocation it wraps (or
-         * through the allocation before a wrap over it was made) are two
-         * bases to the core, one memory.  One queue does not wait for
-         * another's, and raw device memory is not ordered at all. */
-        if (q < 0 && q != FZ_RAW_LAUNCH &&
+         * itself (queue.c), and so does a queue's pin, but only for work
+         * on the same base: a queue's work through a wrapped buffer and
+         * the allocation it wraps (or through the allocation before a
+         * wrap over it was made) are two bases to the core, one memory.
+         * One queue's operations do not wait for another's, and raw
+         * device memory is not ordered at all. */
+        if ((pin || (q < 0 && q != FZ_RAW_LAUNCH)) &&
             !fz_aliased(e, e->buf[slots[k]].alloc))
             continue;
         if (other == 0 || other == mine)
@@ -362,6 +368,17 @@ void fz_order_before(fz_engine *e, int devi, int q, const int *slots, int n)
             if (e->lastq[a] == other)
                 e->lastq[a] = 0;
     }
+}
+
+void fz_order_before(fz_engine *e, int devi, int q, const int *slots, int n)
+{
+    order_before(e, devi, q, slots, n, false);
+}
+
+void fz_order_before_pin(fz_engine *e, int devi, int q, const int *slots,
+                         int n)
+{
+    order_before(e, devi, q, slots, n, true);
 }
 
 void fz_order_after(fz_engine *e, int devi, int q, const int *slots, int n)

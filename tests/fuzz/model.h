@@ -494,6 +494,11 @@ void fz_check_light(fz_engine *e);
  * handles: wait for another queue that used them in this burst (reading
  * or writing: one of them may write), as a caller must. */
 void fz_order_before(fz_engine *e, int devi, int q, const int *slots, int n);
+/* The same before a pin on queue q (sw_launch_begin_q), which the core
+ * orders after every queue's work on its buffers: only what it cannot
+ * see (aliased memory, raw launches) is waited for. */
+void fz_order_before_pin(fz_engine *e, int devi, int q, const int *slots,
+                         int n);
 #define FZ_PIN_DEFAULT (-1)
 #define FZ_PIN_HOST (-2)
 /* End a launch record's pins as it was begun (step.c's cleanup too). */

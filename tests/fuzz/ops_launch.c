@@ -8,7 +8,8 @@
  *
  * The queue-taking pins too (sw_launch_begin_q / _end_q): pinned for a
  * queue, the raw kernels run there with no wait before or after -- the
- * begin ordered the queue after the buffers' earlier work, and the end
+ * begin ordered the queue after the buffers' earlier work on every queue
+ * (the model waits for none of it), and the end
  * orders every later use after the queue's -- which is what is checked
  * (the next full check reads the bytes); pinned for the host (q NULL), the
  * memory holds the shadow's bytes at once on a host-addressable device.
@@ -76,8 +77,13 @@ static bool op_begin(fz_engine *e, fz_src *s)
     const unsigned char *access = ln->has_access ? ln->access : NULL;
     sw_devmem ptr[FZ_LAUNCH_ARGS];
     memset(ptr, 0x5A, sizeof ptr);
-    if (mode != FZ_PIN_DEFAULT)
-        fz_order_before(e, devi, mode >= 0 ? mode : -1, ln->slot, n);
+    /* The begin orders the queue after every queue's work on the
+     * buffers, and the host's pin waits for it: the model leaves that to
+     * the core (the queue's pin once waited for the others first). */
+    if (mode >= 0)
+        fz_order_before_pin(e, devi, mode, ln->slot, n);
+    else if (mode == FZ_PIN_HOST)
+        fz_order_before(e, devi, -1, ln->slot, n);
     int rc = mode == FZ_PIN_DEFAULT
                  ? (access != NULL
                         ? sw_launch_begin_access(e->w->dev[devi], ln->h,

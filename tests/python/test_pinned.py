@@ -103,6 +103,34 @@ def test_host_pin_reads_and_writes(dev):
     del q
 
 
+def test_pin_on_a_queue_orders_after_other_queues(dev):
+    """pinned(..., queue=q) orders q after the work already queued on the
+    arrays on any queue (issue 34, item 3): the kernel run on q inside the
+    block (here the library's own fill, queued on q) is never overtaken by
+    another queue's earlier writes -- first pin of the array on q, then
+    again (the warm path), then the host's pin after both."""
+    n = 4 << 20  # int32: 16 MiB, so that o's work is still running
+    o, q = sw.Queue(dev), sw.Queue(dev)
+    a = sw.zeros(n, dtype="int32", device=dev)
+    for value in (-1, -2):
+        a.fill(5, queue=o)
+        for _ in range(3):
+            sw.scale(a, 3, out=a, queue=o)
+        with sw.pinned(a, queue=q):
+            a.fill(value, queue=q)
+        got = a.numpy()
+        assert (got == value).all(), np.unique(got)
+    sw.scale(a, 3, out=a, queue=o)
+    with sw.pinned(a, queue=q):
+        a.fill(-3, queue=q)
+    if host_addressable(dev):
+        with sw.pinned(a) as (v,):
+            got = np_view(v)
+            assert (got == -3).all(), np.unique(got)
+    assert (a.numpy() == -3).all()
+    del o, q
+
+
 def test_view_used_after_its_block_raises(dev):
     a = sw.zeros(16, device=dev)
     with sw.pinned(a) as (v,):
