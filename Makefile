@@ -113,12 +113,18 @@ ALL_SUITES += installed 'scripts/test-installed.sh'
 # by the generic C suite, the fuzzer, `spillway info` and the Python
 # module (scripts/test-backend-example.sh, docs/backends.md).
 ALL_SUITES += c-backend-example 'scripts/test-backend-example.sh build'
-# CUDA: the backend's host side through the CPU stand-in for libcuda.so.1
-# (tests/cuda/fake_libcuda.c; not a GPU), the whole suite on cuda:0, plain
-# and under ASan+UBSan; with an NVIDIA GPU, the C and Python suites on the
-# real cuda:0 ("not run" elsewhere).  docs/cuda.md.
-ALL_SUITES += c-cuda-fake 'SPILLWAY_CUDA_LIBRARY=build/tests/c/libcuda_fake.so SW_TEST_DEVICE=cuda:0 build/$(TEST_BIN)'
-ALL_SUITES += c-cuda-fake-asan 'SPILLWAY_CUDA_LIBRARY=build-asan/tests/c/libcuda_fake.so SW_TEST_DEVICE=cuda:0 $(ASAN_ENV) build-asan/$(TEST_BIN)'
+# CUDA: the backend's host side through CPU stand-ins for libcuda.so.1 and
+# NVRTC (tests/cuda/; not a GPU, not a compiler), the whole suite on
+# cuda:0, plain and under ASan+UBSan.  The stand-in for NVRTC always goes
+# with the one for the driver, so that these suites do not depend on
+# whether the machine has an NVRTC.  With an NVIDIA GPU, the C and Python
+# suites on the real cuda:0 with the real NVRTC ("not run" elsewhere).
+# docs/cuda.md.
+CUDA_FAKE = SPILLWAY_CUDA_LIBRARY=$(1)/tests/c/libcuda_fake.so SPILLWAY_NVRTC_LIBRARY=$(1)/tests/c/libnvrtc_fake.so
+# The stand-ins unless $SPILLWAY_CUDA_LIBRARY names a driver (make fuzz, soak).
+CUDA_FAKE_DEFAULT = $(if $(SPILLWAY_CUDA_LIBRARY),,$(call CUDA_FAKE,$(1)))
+ALL_SUITES += c-cuda-fake '$(call CUDA_FAKE,build) SW_TEST_DEVICE=cuda:0 build/$(TEST_BIN)'
+ALL_SUITES += c-cuda-fake-asan '$(call CUDA_FAKE,build-asan) SW_TEST_DEVICE=cuda:0 $(ASAN_ENV) build-asan/$(TEST_BIN)'
 ALL_SUITES += c-cuda    'scripts/if-device.sh cuda:0 build/$(TEST_BIN)'
 ALL_SUITES += python-cuda '$(call PY_BUILT,build) scripts/if-device.sh cuda:0 $(call PY_SUITE,SPILLWAY_BUILD_DIR=build SPILLWAY_DEVICE=cuda:0)'
 # HIP: the backend's host side through CPU stand-ins for the ROCm runtime
@@ -163,7 +169,7 @@ FUZZ_CI_TIME ?= 15
 FUZZ_CI = -seed=1 -runs=$(FUZZ_CI_RUNS) -max_total_time=$(FUZZ_CI_TIME) -max_len=4096
 ALL_SUITES += fuzz-sim  'FUZZ_DEVICES=sim:0,sim:1 $(ASAN_ENV) $(FUZZ_RUN) $(FUZZ_BIN)/fuzz_spillway $(FUZZ_SEEDS)/spillway $(FUZZ_CI)'
 ALL_SUITES += fuzz-opencl '$(ASAN_ENV) $(POCL_LSAN) scripts/if-device.sh opencl:0 env FUZZ_DEVICES=opencl:0,sim:0 FUZZ_REOPEN=8 $(FUZZ_RUN) $(FUZZ_BIN)/fuzz_spillway $(FUZZ_SEEDS)/spillway $(FUZZ_CI)'
-ALL_SUITES += fuzz-cuda-fake 'SPILLWAY_CUDA_LIBRARY=build-fuzz/tests/c/libcuda_fake.so FUZZ_DEVICES=cuda:0,sim:0 $(ASAN_ENV) $(FUZZ_RUN) $(FUZZ_BIN)/fuzz_spillway $(FUZZ_SEEDS)/spillway $(FUZZ_CI)'
+ALL_SUITES += fuzz-cuda-fake '$(call CUDA_FAKE,build-fuzz) FUZZ_DEVICES=cuda:0,sim:0 $(ASAN_ENV) $(FUZZ_RUN) $(FUZZ_BIN)/fuzz_spillway $(FUZZ_SEEDS)/spillway $(FUZZ_CI)'
 ALL_SUITES += fuzz-host 'FUZZ_DEVICES=host:0,sim:0 $(ASAN_ENV) $(FUZZ_RUN) $(FUZZ_BIN)/fuzz_spillway $(FUZZ_SEEDS)/spillway $(FUZZ_CI)'
 ALL_SUITES += fuzz-tsan 'FUZZ_DEVICES=sim:0,sim:1 $(TSAN_ENV) scripts/tsan-exec.sh $(FUZZ_RUN) build-tsan/tests/fuzz/fuzz_spillway_threads_replay $(FUZZ_SEEDS)/threads -seed=1 -runs=40 -max_total_time=$(FUZZ_CI_TIME)'
 ALL_SUITES += fuzz-replay '$(FUZZ_RUN) build/tests/fuzz/fuzz_spillway_replay $(FUZZ_SEEDS)/spillway -seed=1 -runs=50'
@@ -274,7 +280,7 @@ FUZZ_OPTS := -Dfuzz=enabled -Dpython=disabled -Db_lundef=false \
              -Db_sanitize=address,undefined \
              '-Dc_args=-fsanitize=fuzzer-no-link -fno-omit-frame-pointer'
 FUZZ_TARGETS := tests/fuzz/fuzz_spillway tests/fuzz/fuzz_spillway_threads \
-                tests/c/libcuda_fake.so
+                tests/c/libcuda_fake.so tests/c/libnvrtc_fake.so
 
 build-fuzz/build.ninja: $(VENV_STAMP) Makefile | system
 	@CC=$(FUZZ_CC) MESON=$(MESON) scripts/configure.sh build-fuzz $(MESON_OPTS) $(FUZZ_OPTS)
@@ -308,7 +314,7 @@ fuzz: build-fuzz-all
 	@seeds=$(FUZZ_SEEDS)/$(if $(findstring threads,$(FUZZ_TARGET)),threads,spillway); \
 	FUZZ_CORPUS=tests/fuzz/corpus/$(FUZZ_TARGET) FUZZ_DEVICES=$(FUZZ_DEVICES) \
 	$(ASAN_ENV) $(POCL_LSAN) \
-	SPILLWAY_CUDA_LIBRARY=$${SPILLWAY_CUDA_LIBRARY:-build-fuzz/tests/c/libcuda_fake.so} \
+	$(call CUDA_FAKE_DEFAULT,build-fuzz) \
 	$(FUZZ_RUN) $(FUZZ_BIN)/$(FUZZ_TARGET) $$seeds -max_total_time=$(FUZZ_TIME) \
 	  -max_len=4096 $(if $(filter-out 1,$(FUZZ_JOBS)),-jobs=$(FUZZ_JOBS) -workers=$(FUZZ_JOBS))
 
@@ -328,7 +334,7 @@ SOAK_DEVICE ?= sim:0
 SOAK_THREADS ?= 4
 SOAK_FAULTS ?= 0
 soak: build
-	SPILLWAY_CUDA_LIBRARY=$${SPILLWAY_CUDA_LIBRARY:-build/tests/c/libcuda_fake.so} \
+	$(call CUDA_FAKE_DEFAULT,build) \
 	build/tests/soak/spillway-soak --duration $(DURATION) --device $(SOAK_DEVICE) \
 	  --threads $(SOAK_THREADS) --faults $(SOAK_FAULTS)
 

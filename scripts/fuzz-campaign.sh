@@ -41,7 +41,7 @@ asan_pocl="ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:use_sigaltstack=0:$tls U
 tsan='TSAN_OPTIONS=halt_on_error=1 detect_deadlocks=1 second_deadlock_stack=1'
 hip="SPILLWAY_HIP_LIBRARY=build/tests/c/libamdhip64_fake.so SPILLWAY_HIPRTC_LIBRARY=build/tests/c/libhiprtc_fake.so"
 ze="SPILLWAY_ZE_LIBRARY=build/tests/c/libze_loader_fake.so"
-cuda_fz="SPILLWAY_CUDA_LIBRARY=build-fuzz/tests/c/libcuda_fake.so"
+cuda_fz="SPILLWAY_CUDA_LIBRARY=build-fuzz/tests/c/libcuda_fake.so SPILLWAY_NVRTC_LIBRARY=build-fuzz/tests/c/libnvrtc_fake.so"
 fz=build-fuzz/tests/fuzz
 seeds=tests/fuzz/seeds
 lf="-seed=SEED -max_total_time=$each -max_len=4096"

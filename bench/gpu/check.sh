@@ -424,9 +424,11 @@ if ((GPU)); then
         detail="256 MiB copies, best of 5"
     else
         # A dry run: the program's own logic, against the fake driver the
-        # build makes (host memcpy: not a device's figures).
+        # build makes (host memcpy: not a device's figures), and the fake
+        # NVRTC that goes with it.
         run_step copy-rates 60 env \
             SPILLWAY_CUDA_LIBRARY="$ROOT/$BUILD/tests/c/libcuda_fake.so" \
+            SPILLWAY_NVRTC_LIBRARY="$ROOT/$BUILD/tests/c/libnvrtc_fake.so" \
             "$BUILD/bench/gpu/copy_rates" 0 256
         detail="256 MiB copies through the fake driver (dry run)"
     fi

@@ -1,8 +1,9 @@
 /*
  * cuda_internal.h -- the CUDA backend's internals that tests reach
- * directly (tests/c/test-cuda.c): the loader's verdict, the error mapping,
- * and the built-in kernels' source with the NVRTC compile step, which runs
- * without a GPU wherever libnvrtc is installed.
+ * directly (tests/c/test-cuda.c, test-cuda-nvrtc.c): the loader's verdict,
+ * the error mapping, and the built-in kernels' source with the NVRTC
+ * compile step, which runs without a GPU (with the real libnvrtc where
+ * installed, and with the CPU stand-in, tests/cuda/fake_libnvrtc.c).
  *
  * `sw__` names: internal, not exported from the shared library (the test
  * suite links the static one).  Every function here is safe to call when

@@ -6,8 +6,11 @@
  * kept once per (architecture, format) per process.
  *
  * cuda.c loads the images into each device (cuModuleLoadData) and looks
- * up and launches the kernels; the tests (tests/c/test-cuda.c) compile
- * through the sw__cuda_* entry points of cuda_internal.h without a GPU.
+ * up and launches the kernels; the tests (tests/c/test-cuda-nvrtc.c)
+ * compile through the sw__cuda_* entry points of cuda_internal.h without a
+ * GPU, with a real NVRTC or the CPU stand-in (tests/cuda/fake_libnvrtc.c,
+ * which every suite on the stand-in for the driver loads through
+ * SPILLWAY_NVRTC_LIBRARY).
  *
  * Threads: the loader runs once (pthread_once); the image cache has a leaf
  * mutex, held while compiling so that two devices of one kind do not

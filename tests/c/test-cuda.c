@@ -1,14 +1,16 @@
 /*
  * test-cuda.c -- the CUDA backend.
  *
- * Most of it runs without a GPU, and is what CI runs: the built-in kernels
- * compiled by NVRTC to PTX and to CUBINs (where libnvrtc is installed), the
- * backend's declarations of the driver API checked against the toolkit's
- * cuda.h (tests/cuda/sigcheck.c, where cuda.h was found at build time),
- * the loader with no driver, with a missing library and with the toolkit's
- * stub libcuda, and the mapping of CUDA errors.  The cuda_gpu_* tests need
- * a CUDA device and skip, saying why, without one; the whole suite also
- * runs against a GPU with SW_TEST_DEVICE=cuda:0.
+ * Most of it runs without a GPU, and is what CI runs: the backend's
+ * declarations of the driver API checked against the toolkit's cuda.h
+ * (tests/cuda/sigcheck.c, where cuda.h was found at build time), the
+ * loader with no driver, with a missing library and with the toolkit's
+ * stub libcuda, the mapping of CUDA errors, and the backend through the
+ * CPU stand-ins for the driver and NVRTC (tests/cuda/), whatever the
+ * machine has.  The built-in kernels and their compilers are
+ * test-cuda-nvrtc.c's.  The cuda_gpu_* tests need a CUDA device and skip,
+ * saying why, without one; the whole suite also runs against a GPU with
+ * SW_TEST_DEVICE=cuda:0.
  *
  * Each test runs in a fresh process, so setting SPILLWAY_CUDA_LIBRARY
  * before the first call decides what the loader sees.
@@ -24,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../cuda/fake_nvrtc.h"
 #ifdef SW_HAVE_CUDA_H
 #include "../cuda/sigcheck.h"
 #endif
@@ -31,14 +34,6 @@
 /* ------------------------------------------------------------------------
  * Helpers
  * ---------------------------------------------------------------------- */
-
-/* SKIP unless libnvrtc can be loaded. */
-static void require_nvrtc(int *major, int *minor)
-{
-    char why[512];
-    if (sw__cuda_nvrtc_load(why, sizeof why, major, minor) != SW_OK)
-        SKIP("no NVRTC: %s", why);
-}
 
 /* SKIP unless a CUDA device is usable. */
 static void require_gpu(void)
@@ -111,275 +106,6 @@ static const char *stub_library(void)
         }
     }
     return NULL;
-}
-
-/* ------------------------------------------------------------------------
- * The built-in kernels and NVRTC (no GPU needed)
- * ---------------------------------------------------------------------- */
-
-TEST(cuda_kernel_source)
-{
-    const char *src = sw__cuda_kernel_source();
-    ASSERT_NOT_NULL(src);
-    ASSERT_UGT(strlen(src), 1000);
-    size_t n = 0;
-    const char *const *names = sw__cuda_kernel_names(&n);
-    /* FILL by 5 element sizes, COPY by 4, ADD/SCALE/AXPY on 10
-     * arithmetic types, SUM on 14 element types, 3 final passes, the
-     * byte fill. */
-    ASSERT_UEQ(n, 5 + 4 + 3 * 10 + 14 + 3 + 1);
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(names[i], names[j]) == 0)
-                FAIL("kernel name %s twice in the table", names[i]);
-    /* Every kernel x dtype launches a kernel of that operation (bool:
-     * FILL, COPY and SUM only). */
-    for (int k = 0; k <= SW_KERNEL_SUM; k++) {
-        for (int d = 0; d < SW_DTYPE_COUNT; d++) {
-            int idx = sw__cuda_kernel_for(k, d);
-            int none = d == SW_BOOL && k != SW_KERNEL_FILL &&
-                       k != SW_KERNEL_COPY && k != SW_KERNEL_SUM;
-            if (none) {
-                ASSERT_EQ(idx, -1);
-                continue;
-            }
-            ASSERT_TRUE(idx >= 0 && (size_t)idx < n);
-            char want[32];
-            snprintf(want, sizeof want, "sw_%s_", sw_kernel_name(k));
-            if (strncmp(names[idx], want, strlen(want)) != 0)
-                FAIL("%s %s launches %s", sw_kernel_name(k),
-                     sw_dtype_name(d), names[idx]);
-        }
-    }
-    ASSERT_EQ(sw__cuda_kernel_for(SW_KERNEL_ADD, SW_DTYPE_COUNT), -1);
-    /* Signed and unsigned integers of a width share their arithmetic;
-     * not their sums (sign- against zero-extension). */
-    ASSERT_EQ(sw__cuda_kernel_for(SW_KERNEL_AXPY, SW_INT8),
-              sw__cuda_kernel_for(SW_KERNEL_AXPY, SW_UINT8));
-    ASSERT_NE(sw__cuda_kernel_for(SW_KERNEL_SUM, SW_INT16),
-              sw__cuda_kernel_for(SW_KERNEL_SUM, SW_UINT16));
-    /* Entry names come from macros in the source, or are spelled out:
-     * the stem (sw_add_##S) or the name itself is there. */
-    for (size_t i = 0; i < n; i++) {
-        const char *stem = names[i] + 3; /* past "sw_" */
-        char want[48], macro[48];
-        snprintf(want, sizeof want, "%s(", names[i]);
-        snprintf(macro, sizeof macro, "sw_%.*s_##S",
-                 (int)(strchr(stem, '_') - stem), stem);
-        if (strstr(src, want) == NULL && strstr(src, macro) == NULL)
-            FAIL("neither %s nor %s in the kernel source", want, macro);
-    }
-    /* Integer kernels wrap: they are instantiated on unsigned types. */
-    ASSERT_STR_CONTAINS(src, "SW_ARITH(u32, sw_u32, sw_u32,");
-    ASSERT_STR_CONTAINS(src, "SW_ARITH(u8, sw_u8, sw_u32,");
-    /* The helpers the stand-in driver compiles as C are there. */
-    ASSERT_STR_CONTAINS(src, "SW_HELPERS_ONLY");
-    ASSERT_STR_CONTAINS(src, "SW_DEV sw_u16 sw_f32_to_f16(float f)");
-}
-
-/* The .param list of entry name in ptx, as sizes in bytes; returns the
- * count, or -1 when the entry is not there. */
-static int ptx_params(const char *ptx, const char *name, unsigned char *size,
-                      int max)
-{
-    char head[64];
-    snprintf(head, sizeof head, ".entry %s(", name);
-    const char *p = strstr(ptx, head);
-    if (p == NULL)
-        return -1;
-    const char *end = strchr(p, ')');
-    int n = 0;
-    for (p += strlen(head); p != NULL && p < end; p++) {
-        p = strstr(p, ".param .");
-        if (p == NULL || p > end)
-            break;
-        p += 8; /* the type: u64, b64, f32, u32, ... */
-        int bits = atoi(p + 1);
-        if (n == max)
-            return max + 1;
-        size[n++] = (unsigned char)(bits / 8);
-    }
-    return n;
-}
-
-/* Each entry of the kernel table appears in image as ".entry NAME(" (PTX)
- * or as a symbol string (CUBIN). */
-static void expect_entries(const char *image, size_t size, int ptx,
-                           const char *what)
-{
-    size_t n = 0;
-    const char *const *names = sw__cuda_kernel_names(&n);
-    for (size_t i = 0; i < n; i++) {
-        char want[64];
-        snprintf(want, sizeof want, ptx ? ".entry %s(" : "%s", names[i]);
-        if (memmem(image, size, want, strlen(want)) == NULL)
-            FAIL("%s has no %s'%s'", what, ptx ? "" : "symbol ", want);
-    }
-}
-
-TEST(cuda_nvrtc_ptx)
-{
-    int major = 0, minor = 0;
-    require_nvrtc(&major, &minor);
-    ASSERT_GT(major, 0);
-    static const int ccs[][2] = {{8, 0}, {9, 0}};
-    for (size_t c = 0; c < 2; c++) {
-        char *ptx = NULL;
-        size_t size = 0;
-        char log[4096];
-        int rc = sw__cuda_compile(ccs[c][0], ccs[c][1], 0, &ptx, &size, log,
-                                  sizeof log);
-        if (rc != SW_OK)
-            FAIL("NVRTC %d.%d, compute_%d%d: %s -> %s\nlog: %s", major, minor,
-                 ccs[c][0], ccs[c][1], sw_err_name(rc), sw_last_error(), log);
-        ASSERT_NOT_NULL(ptx);
-        ASSERT_UGT(size, 0);
-        ASSERT_UEQ(strlen(ptx) + 1, size); /* PTX is text with its NUL */
-        char target[32];
-        snprintf(target, sizeof target, ".target sm_%d%d", ccs[c][0],
-                 ccs[c][1]);
-        ASSERT_STR_CONTAINS(ptx, target);
-        ASSERT_STR_CONTAINS(ptx, ".version ");
-        ASSERT_STR_CONTAINS(ptx, ".address_size 64");
-        char what[64];
-        snprintf(what, sizeof what, "PTX for compute_%d%d", ccs[c][0],
-                 ccs[c][1]);
-        expect_entries(ptx, size, 1, what);
-        /* Each kernel's parameters are what the backend passes it. */
-        size_t nk = 0;
-        const char *const *names = sw__cuda_kernel_names(&nk);
-        for (size_t k = 0; k < nk; k++) {
-            size_t nhost = 0;
-            const unsigned char *host = sw__cuda_kernel_params(k, &nhost);
-            unsigned char dev[8] = {0};
-            int ndev = ptx_params(ptx, names[k], dev, 8);
-            ASSERT_NOT_NULL(host);
-            if (ndev != (int)nhost || memcmp(dev, host, nhost) != 0)
-                FAIL("%s: %s takes %d parameters (%d, %d, %d, %d, %d "
-                     "bytes) in the PTX; the backend passes %zu (%d, %d, "
-                     "%d, %d, %d)",
-                     what, names[k], ndev, dev[0], dev[1], dev[2], dev[3],
-                     dev[4], nhost, host[0], host[1], nhost > 2 ? host[2] : 0,
-                     nhost > 3 ? host[3] : 0, nhost > 4 ? host[4] : 0);
-        }
-        size_t past = 0;
-        ASSERT_NULL(sw__cuda_kernel_params(nk, &past));
-        /* --fmad=false: a*x + y rounds twice, as the host's reference
-         * does, so AXPY results are the same bits. */
-        if (strstr(ptx, "fma.rn.f32") != NULL ||
-            strstr(ptx, "fma.rn.f64") != NULL)
-            FAIL("%s contracts a multiply-add into an FMA", what);
-        ASSERT_STR_CONTAINS(ptx, "mul.rn.f32");
-        ASSERT_STR_CONTAINS(ptx, "add.rn.f32");
-        /* The sums reduce through shared memory with barriers. */
-        ASSERT_STR_CONTAINS(ptx, ".shared");
-        ASSERT_STR_CONTAINS(ptx, "bar.sync");
-        free(ptx);
-    }
-}
-
-TEST(cuda_nvrtc_cubin)
-{
-    int major = 0, minor = 0;
-    require_nvrtc(&major, &minor);
-    static const int ccs[][2] = {{8, 0}, {9, 0}};
-    for (size_t c = 0; c < 2; c++) {
-        char *bin = NULL;
-        size_t size = 0;
-        int rc = sw__cuda_compile(ccs[c][0], ccs[c][1], 1, &bin, &size, NULL,
-                                  0);
-        if (rc == SW_ERR_UNSUPPORTED)
-            SKIP("%s", sw_last_error()); /* an NVRTC without CUBINs */
-        if (rc != SW_OK)
-            FAIL("CUBIN sm_%d%d: %s -> %s", ccs[c][0], ccs[c][1],
-                 sw_err_name(rc), sw_last_error());
-        ASSERT_UGT(size, 64);
-        /* An ELF image for the CUDA machine (EM_CUDA = 190). */
-        ASSERT_EQ(memcmp(bin, "\177ELF", 4), 0);
-        ASSERT_EQ((unsigned char)bin[4], 2); /* ELFCLASS64 */
-        unsigned machine = (unsigned char)bin[18] |
-                           (unsigned)(unsigned char)bin[19] << 8;
-        ASSERT_EQ(machine, 190);
-        char what[64];
-        snprintf(what, sizeof what, "CUBIN for sm_%d%d", ccs[c][0],
-                 ccs[c][1]);
-        expect_entries(bin, size, 0, what);
-        free(bin);
-    }
-}
-
-TEST(cuda_nvrtc_errors)
-{
-    require_nvrtc(NULL, NULL);
-    char *image = (char *)(uintptr_t)1;
-    size_t size = 99;
-    char log[4096];
-    const char *bad = "extern \"C\" __global__ void k(float *x)\n"
-                      "{ x[0] = undeclared_name; }\n";
-    ASSERT_ERR(sw__cuda_compile_source(bad, 9, 0, 0, &image, &size, log,
-                                       sizeof log),
-               SW_ERR_DEVICE);
-    ASSERT_NULL(image);
-    ASSERT_UEQ(size, 0);
-    ASSERT_STR_CONTAINS(sw_last_error(), "NVRTC");
-    ASSERT_STR_CONTAINS(sw_last_error(), "compute_90");
-    ASSERT_STR_CONTAINS(log, "undeclared_name");
-    ASSERT_STR_ICONTAINS(log, "error");
-    /* Bad arguments are refused before NVRTC sees them. */
-    ASSERT_ERR(sw__cuda_compile_source("", 9, 0, 0, &image, &size, NULL, 0),
-               SW_ERR_INVALID_ARG);
-    ASSERT_ERR(sw__cuda_compile_source(bad, 0, 0, 0, &image, &size, NULL, 0),
-               SW_ERR_INVALID_ARG);
-    /* A good program still compiles afterwards. */
-    const char *good = "extern \"C\" __global__ void k(float *x)\n"
-                       "{ x[threadIdx.x] = 1.0f; }\n";
-    ASSERT_OK(sw__cuda_compile_source(good, 9, 0, 0, &image, &size, NULL, 0));
-    ASSERT_NOT_NULL(strstr(image, ".entry k("));
-    free(image);
-}
-
-TEST(cuda_nvrtc_missing)
-{
-    /* An NVRTC that cannot be loaded: kernels cannot be compiled, and the
-     * message says why (a launch on a GPU reports the same). */
-    setenv("SPILLWAY_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so.99", 1);
-    char why[512] = "";
-    ASSERT_EQ(sw__cuda_nvrtc_load(why, sizeof why, NULL, NULL),
-              SW_ERR_UNSUPPORTED);
-    ASSERT_STR_CONTAINS(why, "SPILLWAY_NVRTC_LIBRARY");
-    ASSERT_STR_CONTAINS(why, "/nonexistent/libnvrtc.so.99");
-    char *image = NULL;
-    size_t size = 0;
-    ASSERT_ERR(sw__cuda_compile(9, 0, 0, &image, &size, NULL, 0),
-               SW_ERR_UNSUPPORTED);
-    ASSERT_NULL(image);
-    ASSERT_STR_CONTAINS(sw_last_error(), "cannot compile");
-}
-
-TEST(cuda_pick_arch)
-{
-    static const int archs[] = {75, 80, 86, 87, 89, 90, 100, 120};
-    int n = (int)(sizeof archs / sizeof archs[0]), arch = 0, cubin = -1;
-    /* Known: the device's own CUBIN. */
-    ASSERT_EQ(sw__cuda_pick_arch(90, archs, n, &arch, &cubin), 0);
-    ASSERT_EQ(arch, 90);
-    ASSERT_EQ(cubin, 1);
-    ASSERT_EQ(sw__cuda_pick_arch(75, archs, n, &arch, &cubin), 0);
-    ASSERT_EQ(arch, 75);
-    ASSERT_EQ(cubin, 1);
-    /* Newer than NVRTC knows: PTX of the newest below, JIT-compiled. */
-    ASSERT_EQ(sw__cuda_pick_arch(121, archs, n, &arch, &cubin), 0);
-    ASSERT_EQ(arch, 120);
-    ASSERT_EQ(cubin, 0);
-    ASSERT_EQ(sw__cuda_pick_arch(91, archs, n, &arch, &cubin), 0);
-    ASSERT_EQ(arch, 90);
-    ASSERT_EQ(cubin, 0);
-    /* Older than NVRTC supports: nothing runs there. */
-    ASSERT_EQ(sw__cuda_pick_arch(70, archs, n, &arch, &cubin), -1);
-    /* An NVRTC that cannot list: the device's own, as PTX. */
-    ASSERT_EQ(sw__cuda_pick_arch(86, NULL, 0, &arch, &cubin), 0);
-    ASSERT_EQ(arch, 86);
-    ASSERT_EQ(cubin, 0);
 }
 
 /* ------------------------------------------------------------------------
@@ -497,10 +223,13 @@ TEST(cuda_error_mapping)
 /* ------------------------------------------------------------------------
  * Through the fake driver (tests/cuda/fake_libcuda.c: the CPU stand-in for
  * libcuda.so.1 that checks how the backend uses the driver API; not a GPU)
+ * and the fake NVRTC (tests/cuda/fake_libnvrtc.c), always together: what
+ * these check does not depend on whether the machine has an NVRTC.
  * ---------------------------------------------------------------------- */
 
 static void use_fake_driver(void)
 {
+    test_cuda_use_fake_nvrtc();
 #ifdef SW_FAKE_LIBCUDA
     if (access(SW_FAKE_LIBCUDA, R_OK) != 0)
         SKIP("the fake driver %s was not built", SW_FAKE_LIBCUDA);
@@ -667,6 +396,17 @@ TEST(cuda_fake_driver)
     ASSERT_STR_CONTAINS(sw_device_description(dev),
                         "stream-ordered memory pool");
     fake_kernels(dev);
+    /* The kernels came from the stand-in for NVRTC, compiled once, to a
+     * CUBIN for the device's own sm_90 (it lists 90, as NVRTC 13.0). */
+    ASSERT_STR_EQ(sw__cuda_nvrtc_path(), SW_FAKE_LIBNVRTC);
+    fake_nvrtc_stats_t nv = test_cuda_fake_nvrtc_stats();
+    size_t nk = 0;
+    (void)sw__cuda_kernel_names(&nk);
+    ASSERT_EQ(nv.compiles, 1);
+    ASSERT_EQ(nv.last_arch, 90);
+    ASSERT_EQ(nv.last_cubin, 1);
+    ASSERT_EQ(nv.last_kernels, (int)nk);
+    ASSERT_EQ(nv.live, 0);
 
     /* Queues: work on one, an event, a host task, cross-queue order. */
     sw_queue *q = NULL;
@@ -724,6 +464,21 @@ TEST(cuda_fake_driver)
     ASSERT_UEQ(reserved, used);
     ASSERT_ULT(used, 64 * 1024); /* scratch and partial sums only */
     ASSERT_NULL(sw__cuda_thread_context());
+}
+
+TEST(cuda_fake_driver_ptx)
+{
+    /* An NVRTC that does not list the device's architecture: PTX of the
+     * newest one below it, which the driver JIT-compiles; every kernel
+     * still runs. */
+    setenv("FAKE_NVRTC_ARCHS", "75,80,86", 1);
+    use_fake_driver();
+    sw_device *dev = test_open("cuda:0");
+    fake_kernels(dev);
+    fake_nvrtc_stats_t nv = test_cuda_fake_nvrtc_stats();
+    ASSERT_EQ(nv.compiles, 1);
+    ASSERT_EQ(nv.last_arch, 86);
+    ASSERT_EQ(nv.last_cubin, 0);
 }
 
 TEST(cuda_fake_driver_no_pools)
@@ -869,9 +624,9 @@ TEST(cuda_fake_no_nvrtc_fills)
     /* A driver-only machine: no kernels, but fills of every pattern work
      * (memsets, or a chunk doubled by device copies), and a launch says
      * why it cannot run. */
-    setenv("SPILLWAY_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so.99", 1);
     setenv("FAKE_CUDA_DELAY_US", "20", 1);
     use_fake_driver();
+    setenv("SPILLWAY_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so.99", 1);
     sw_device *dev = test_open("cuda:0");
     enum { N = 100000 };
     sw_buffer *b = test_alloc(dev, N * 8, "fills");

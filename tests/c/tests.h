@@ -312,19 +312,24 @@
     X(opencl_unaligned_kernels)                                               \
     X(opencl_error_names)                                                     \
     X(opencl_no_platform)                                                     \
-    /* test-cuda.c */                                                         \
+    /* test-cuda-nvrtc.c */                                                   \
     X(cuda_kernel_source)                                                     \
     X(cuda_nvrtc_ptx)                                                         \
     X(cuda_nvrtc_cubin)                                                       \
     X(cuda_nvrtc_errors)                                                      \
     X(cuda_nvrtc_missing)                                                     \
+    X(cuda_nvcc_ptx)                                                          \
+    X(cuda_fake_nvrtc_images)                                                 \
+    X(cuda_fake_nvrtc_errors)                                                 \
     X(cuda_pick_arch)                                                         \
+    /* test-cuda.c */                                                         \
     X(cuda_signatures)                                                        \
     X(cuda_library_missing)                                                   \
     X(cuda_no_driver)                                                         \
     X(cuda_stub_driver)                                                       \
     X(cuda_error_mapping)                                                     \
     X(cuda_fake_driver)                                                       \
+    X(cuda_fake_driver_ptx)                                                   \
     X(cuda_fake_driver_no_pools)                                              \
     X(cuda_fake_driver_oom)                                                   \
     X(cuda_fake_async_copy_queue)                                             \

@@ -5,7 +5,12 @@
  * frees) runs in CI without a GPU:
  *
  *   SPILLWAY_CUDA_LIBRARY=BUILD/tests/c/libcuda_fake.so \
+ *   SPILLWAY_NVRTC_LIBRARY=BUILD/tests/c/libnvrtc_fake.so \
  *   SW_TEST_DEVICE=cuda:0 BUILD/tests/c/test_spillway
+ *
+ * (the second is the stand-in for NVRTC, fake_libnvrtc.c, whose PTX and
+ * CUBINs carry the entry names this library looks for; a real NVRTC's
+ * images load here too).
  *
  * It is NOT a GPU and proves nothing about one: it exports the entry points
  * src/backend/cuda_api.h declares, with the same prototypes (so the

@@ -33,6 +33,9 @@ BUILD = pathlib.Path(os.environ.get("SPILLWAY_BUILD_DIR", ROOT / "build"))
 if not BUILD.is_absolute():
     BUILD = ROOT / BUILD
 FAKE = BUILD / "tests" / "c" / "libcuda_fake.so"
+# The stand-in for NVRTC goes with it, whatever the machine has
+# (tests/cuda/fake_libnvrtc.c, docs/cuda.md).
+FAKE_NVRTC = BUILD / "tests" / "c" / "libnvrtc_fake.so"
 
 _DEFAULT = spillway.Device().name
 _BACKEND, _, _INDEX = _DEFAULT.partition(":")
@@ -331,13 +334,16 @@ def test_torch_and_cupy_entry_points_with_stand_ins(tmp_path):
     assert out.startswith("ok")
 
 
-@pytest.mark.skipif(not FAKE.exists(), reason=f"no {FAKE} in this build")
+@pytest.mark.skipif(not FAKE.exists() or not FAKE_NVRTC.exists(),
+                    reason=f"no {FAKE} or {FAKE_NVRTC} in this build")
 def test_plugins_on_the_cuda_stand_in(tmp_path):
     """cuda:0 through the CPU stand-in for libcuda: the same rounds with
     the stream joins made, on stream 0 (the legacy stream PyTorch uses by
     default) and on a stream of the framework's own, while work still
     runs (FAKE_CUDA_DELAY_US)."""
-    env = {"SPILLWAY_CUDA_LIBRARY": str(FAKE), "SPILLWAY_PLUGIN_BACKEND": "",
+    env = {"SPILLWAY_CUDA_LIBRARY": str(FAKE),
+           "SPILLWAY_NVRTC_LIBRARY": str(FAKE_NVRTC),
+           "SPILLWAY_PLUGIN_BACKEND": "",
            "FAKE_CUDA_DELAY_US": "50", "SPILLWAY_DEVICE": "cuda:0"}
     out = _run_with_stubs(tmp_path, PLUGIN_ROUNDS.format(idx=0,
                                                          stream="None"), env)

@@ -409,8 +409,9 @@ def test_cuda_through_the_fake_driver(tmp_path):
     import textwrap
     build = pathlib.Path(sw.__file__).resolve().parents[2]
     fake = build / "tests" / "c" / "libcuda_fake.so"
-    if not fake.exists():
-        pytest.skip(f"no {fake}")
+    nvrtc = build / "tests" / "c" / "libnvrtc_fake.so"  # goes with it
+    if not fake.exists() or not nvrtc.exists():
+        pytest.skip(f"no {fake} or {nvrtc}")
     where = os.path.dirname(os.path.dirname(sw.__file__))
     code = textwrap.dedent(f"""
         import gc, sys
@@ -441,7 +442,8 @@ def test_cuda_through_the_fake_driver(tmp_path):
         assert sw.memory_info(d).in_use == 512
         print("ok")
     """)
-    env = dict(os.environ, SPILLWAY_CUDA_LIBRARY=str(fake))
+    env = dict(os.environ, SPILLWAY_CUDA_LIBRARY=str(fake),
+               SPILLWAY_NVRTC_LIBRARY=str(nvrtc))
     env.pop("SPILLWAY_DEVICE", None)
     out = subprocess.run([sys.executable, "-c", code], env=env,
                          capture_output=True, text=True, timeout=120)

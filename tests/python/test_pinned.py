@@ -550,8 +550,10 @@ def test_cuda_views_and_dlpack_streams_on_the_stand_in(tmp_path):
     if not build.is_absolute():
         build = ROOT / build
     fake = build / "tests" / "c" / "libcuda_fake.so"
-    if not fake.exists() or os.environ.get("SPILLWAY_TEST_INSTALLED") == "1":
-        pytest.skip(f"no {fake}")
+    nvrtc = build / "tests" / "c" / "libnvrtc_fake.so"  # goes with it
+    if not fake.exists() or not nvrtc.exists() or \
+            os.environ.get("SPILLWAY_TEST_INSTALLED") == "1":
+        pytest.skip(f"no {fake} or {nvrtc}")
     code = textwrap.dedent("""
         import sys
         sys.path.insert(0, sys.argv[1])
@@ -589,6 +591,7 @@ def test_cuda_views_and_dlpack_streams_on_the_stand_in(tmp_path):
         print("ok")
     """)
     env = dict(os.environ, SPILLWAY_CUDA_LIBRARY=str(fake),
+               SPILLWAY_NVRTC_LIBRARY=str(nvrtc),
                SPILLWAY_DEVICE="cuda:0", FAKE_CUDA_MEMORY=str(256 << 20))
     r = subprocess.run([sys.executable, "-c", code, str(build / "python")],
                        env=env, capture_output=True, text=True, timeout=120)
