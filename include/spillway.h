@@ -830,8 +830,8 @@ SW_API int sw_pressure_last_chance(const sw_pressure *p);
  * A bounded ring of memory events per device, off by default (then each
  * place that would record one costs a single predictable branch).  Every
  * event carries the device's totals after it, so the history replays
- * exactly: in_use, cached and spilled change only through the events
- * marked [in_use +] etc. below.  Names follow PyTorch's memory history
+ * exactly: in_use, cached, spilled, host_copies and spilled_disk change
+ * only through the events marked [in_use +] etc. below.  Names follow PyTorch's memory history
  * where one exists.  docs/memory-history.md documents the formats.
  * ---------------------------------------------------------------------- */
 
@@ -870,14 +870,18 @@ typedef enum sw_trace_kind {
     SW_TRACE_HOST_COPY_DROP = 20, /* a clean copy's host block given up
                                    * [host_copies -size]: aux 0, its device
                                    * memory written; aux 1, host memory
-                                   * was short or released */
+                                   * was short, or the buffer is being
+                                   * freed (its free follows) */
     SW_TRACE_DISK_WRITE = 21, /* a spilled buffer's host copy went to the
                                * spill file [spilled_disk +size] */
     SW_TRACE_DISK_READ = 22,  /* ...and came back to host memory
                                * [spilled_disk -size] */
     SW_TRACE_HOST_BUDGET = 23, /* the host budget was set to aux */
+    SW_TRACE_DISK_DROP = 24,  /* a spilled buffer's copy in the spill file
+                               * was given up: the buffer is being freed
+                               * (its free follows) [spilled_disk -size] */
 } sw_trace_kind;
-#define SW_TRACE_KIND_COUNT 24
+#define SW_TRACE_KIND_COUNT 25
 
 /* "alloc", "free", "cache_hit", ... ; NULL for an unknown kind. */
 SW_API const char *sw_trace_kind_name(sw_trace_kind kind);

@@ -247,6 +247,10 @@ static void release_base_locked(sw_device *dev, sw__buf *base)
     if (base->clean) { /* its host block goes with the slot */
         base->clean = false;
         dev->host_copies -= base->alloc_size;
+        /* In the history before its free, as every drop of a clean copy
+         * is: a replay lowers host_copies only there. */
+        SW__TRACE(dev, SW_TRACE_HOST_COPY_DROP, base, base->alloc_size, 0,
+                  1);
     }
     if (base->state == SW_SPILLED) {
         sw__disk_release_locked(dev, base);

@@ -632,6 +632,9 @@ void sw__disk_release_locked(sw_device *dev, sw__buf *b)
     punch(dev->disk_fd, b->disk_off, extent_of(b));
     b->on_disk = false;
     dev->spilled_disk -= b->alloc_size;
+    /* Before its free, in the history: a replay lowers spilled_disk only
+     * at an event of its own (docs/memory-history.md). */
+    SW__TRACE(dev, SW_TRACE_DISK_DROP, b, b->alloc_size, 0, 0);
 }
 
 void sw__disk_close_locked(sw_device *dev)

@@ -54,7 +54,8 @@ void sw__disk_wait_reads_locked(sw_device *dev);
  * base pinned by the caller). */
 int sw__disk_pread_locked(sw_device *dev, sw__buf *base, size_t off, void *p,
                           size_t n);
-/* An on-disk base released: its extent of the file is given back. */
+/* An on-disk base released: its extent of the file is given back (a
+ * disk_drop event, before its free's). */
 void sw__disk_release_locked(sw_device *dev, sw__buf *base);
 /* The device closes: the file goes. */
 void sw__disk_close_locked(sw_device *dev);
