@@ -474,9 +474,10 @@ static PyMethodDef stats_methods[] = {
            "memory spillway holds for the device (spilled copies, clean "
            "copies, the idle staging pool) to nbytes: bytes, a size "
            "('8G'), a fraction of the machine's memory (0.25), or None for "
-           "no bound.  Past it the least recently used spilled copies go to "
-           "a file under $SPILLWAY_SPILL_DIR (default: the temporary "
-           "directory) and come back when used.  memory_stats() shows "
+           "no bound.  Past it the least recently used spilled copies and "
+           "clean copies go to a file under $SPILLWAY_SPILL_DIR (default: "
+           "the temporary directory) and come back when used.  "
+           "memory_stats() shows "
            "host_budget, spilled_disk and the disk traffic."),
     FASTKW("memory_stats", mod_memory_stats,
            "memory_stats(device=None)\n--\n\nA dict of the device's figures: "

@@ -202,6 +202,8 @@ static void apply(totals *t, const sw_trace_event *e)
         t->spilled += e->size;
         if (e->aux == 3)
             t->host_copies -= e->size;
+        if (e->aux == 4)
+            t->spilled_disk += e->size;
         break;
     case SW_TRACE_RESTORE_BEGIN:
         t->spilled -= e->size;
@@ -212,7 +214,10 @@ static void apply(totals *t, const sw_trace_event *e)
         t->host_copies -= e->size;
         break;
     case SW_TRACE_DISK_WRITE:
-        t->spilled_disk += e->size;
+        if (e->aux == 2)
+            t->host_copies -= e->size;
+        else
+            t->spilled_disk += e->size;
         break;
     case SW_TRACE_DISK_READ:
     case SW_TRACE_DISK_DROP:
@@ -367,15 +372,25 @@ TEST(trace_every_kind_replays)
     ASSERT_OK(sw_set_memory_budget(dev, 1)); /* k[1], k[3]: evicted clean */
     ASSERT_OK(sw_set_memory_budget(dev, 0));
     read_back(dev, k[3]); /* clean again */
-    /* Past a host budget of one byte: the clean copy goes, the spilled
-     * copies to disk. */
+    /* Past a host budget of one byte: the spilled copies go to disk, and
+     * so does the clean copy's host block (k[3] stays resident, clean). */
     ASSERT_OK(sw_set_host_budget(dev, 1));
     ASSERT_OK(sw_buffer_free(k[1])); /* a buffer on disk freed */
     k[1] = NULL;
     ASSERT_OK(sw_buffer_prefetch(k[2], NULL)); /* from disk, ahead of use */
     ASSERT_OK(sw_device_synchronize(dev)); /* its read, if in background */
     ASSERT_OK(sw_set_host_budget(dev, 0));
-    ASSERT_OK(sw_set_memory_budget(dev, 1)); /* k[3] to host memory */
+    /* k[3] evicted clean to the file, k[2] (its extent kept) to host
+     * memory, then back to the file with nothing written. */
+    ASSERT_OK(sw_set_memory_budget(dev, 1));
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_OK(sw_device_synchronize(dev));
+    ASSERT_OK(sw_set_host_budget(dev, 1));
+    ASSERT_OK(sw_set_host_budget(dev, 0));
+    /* k[3] back from disk and written, then out to host memory, freed. */
+    read_back(dev, k[3]);
+    test_write_pattern(k[3], 23);
+    ASSERT_OK(sw_set_memory_budget(dev, 1));
     ASSERT_OK(sw_set_memory_budget(dev, 0));
     ASSERT_OK(sw_device_synchronize(dev));
     ASSERT_OK(sw_buffer_free(k[3])); /* a buffer spilled to host freed */
@@ -394,17 +409,21 @@ TEST(trace_every_kind_replays)
     for (uint32_t kind = 0; kind < SW_TRACE_KIND_COUNT; kind++)
         if (count_kind(ev, n, kind) == 0)
             FAIL("no '%s' event was recorded", sw_trace_kind_name(kind));
-    /* Each way the five totals move, reached: a clean copy evicted, given
-     * up for a write and for the host budget, freed; a buffer freed on
-     * disk and one in host memory; a restore for a prefetch. */
-    bool evicted = false, written = false, short_host = false;
+    /* Each way the five totals move, reached: a clean copy evicted from
+     * host memory and from the spill file, given up for a write, written
+     * to the file, freed; a spilled copy sent back to the file it was
+     * read from; a buffer freed on disk and one in host memory; a restore
+     * for a prefetch. */
+    bool evicted = false, evicted_disk = false, written = false;
+    bool to_file = false, back_to_file = false, prefetched = false;
     bool freed_clean = false, freed_disk = false, freed_spilled = false;
-    bool prefetched = false;
     for (size_t i = 0; i < n; i++) {
         const sw_trace_event *e = &ev[i], *next = i + 1 < n ? e + 1 : NULL;
         evicted |= e->kind == SW_TRACE_SPILL_BEGIN && e->aux == 3;
+        evicted_disk |= e->kind == SW_TRACE_SPILL_BEGIN && e->aux == 4;
         written |= e->kind == SW_TRACE_HOST_COPY_DROP && e->aux == 0;
-        short_host |= e->kind == SW_TRACE_HOST_COPY_DROP && e->aux == 1;
+        to_file |= e->kind == SW_TRACE_DISK_WRITE && e->aux == 2;
+        back_to_file |= e->kind == SW_TRACE_DISK_WRITE && e->aux == 1;
         prefetched |= e->kind == SW_TRACE_RESTORE_BEGIN && e->aux == 1;
         bool freed = next != NULL && next->kind == SW_TRACE_FREE &&
                      next->buffer == e->buffer;
@@ -417,7 +436,8 @@ TEST(trace_every_kind_replays)
                          !(ev[i - 1].kind == SW_TRACE_DISK_DROP &&
                            ev[i - 1].buffer == e->buffer);
     }
-    ASSERT_TRUE(evicted && written && short_host && prefetched);
+    ASSERT_TRUE(evicted && evicted_disk && written && prefetched);
+    ASSERT_TRUE(to_file && back_to_file);
     ASSERT_TRUE(freed_clean && freed_disk && freed_spilled);
     /* Replaying the events reproduces every total on the way, and the
      * device's now. */

@@ -87,12 +87,16 @@ def replay(events):
             t["spilled"] += n
             if aux == 3:
                 t["host_copies"] -= n
+            elif aux == 4:
+                t["spilled_disk"] += n
         elif kind == "restore_begin":
             t["spilled"] -= n
             t["in_use"] += n
             t["host_copies"] += n
         elif kind == "host_copy_drop":
             t["host_copies"] -= n
+        elif kind == "disk_write" and aux == 2:
+            t["host_copies"] -= n  # a clean copy's: it stays on the device
         elif kind == "disk_write":
             t["spilled_disk"] += n
         elif kind in ("disk_read", "disk_drop"):
@@ -131,12 +135,15 @@ def test_history_replays_every_total(dev, tmp_path, monkeypatch):
             c *= 2.0  # written: its host copy goes
             spill_all()  # b and d evicted clean, c copied out
             float(d.sum())
-            sw.set_host_budget(1, dev)  # d's clean copy goes; b, c to disk
+            sw.set_host_budget(1, dev)  # b, c and d's clean copy to disk
             del b  # on disk, freed
             c.prefetch()  # from disk, ahead of its use
             sw.synchronize(dev)
             sw.set_host_budget(None, dev)
-            spill_all()  # c evicted clean, d copied out
+            spill_all()  # c evicted clean, d evicted to its copy on disk
+            float(d.sum())  # back from disk
+            d *= 2.0  # written
+            spill_all()  # d copied out
             sw.synchronize(dev)
             del d  # spilled to host memory, freed
             sw.synchronize(dev)
@@ -161,7 +168,10 @@ def test_history_replays_every_total(dev, tmp_path, monkeypatch):
     assert any(e["kind"] == "disk_drop" and f["kind"] == "free" and
                e["buffer"] == f["buffer"] and f["aux"] == 1
                for e, f in pairs)  # the array on disk freed
-    assert any(e["kind"] == "spill_begin" and e["aux"] == 3 for e in events)
+    for kind, aux in (("spill_begin", 3), ("spill_begin", 4),
+                      ("disk_write", 2)):
+        assert any(e["kind"] == kind and e["aux"] == aux for e in events), \
+            (kind, aux)
     assert any(e["kind"] == "free" and e["aux"] == 1 and
                p["kind"] != "disk_drop" for p, e in pairs)  # d freed
     for e, t in replay(events):
