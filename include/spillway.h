@@ -370,14 +370,20 @@ SW_API int sw_set_host_pool_limit(sw_device *dev, uint64_t bytes);
 
 /* A bound on the host memory spillway holds for the device: spilled
  * copies, clean copies (host_copies) and the idle staging pool.  Past it
- * the clean copies go first, then the pool's idle blocks, then the least
- * recently used spilled copies are written to a file under
- * $SPILLWAY_SPILL_DIR (default $TMPDIR, else /tmp; made when first needed
- * and unlinked at once) and read back when used: restored, or read from
- * the host.  Copies still in flight, and pinned buffers, may hold it past
- * the bound for a while.  A write that fails (a full disk, an I/O error,
- * a directory that is gone) leaves the buffer in host memory, intact, and
- * the call that needed the room fails with SW_ERR_HOST_OOM saying why.
+ * the host blocks of clean copies the file below already holds go first,
+ * then the pool's idle blocks, then the least recently used spilled
+ * copies and clean copies are written to a file under $SPILLWAY_SPILL_DIR
+ * (default $TMPDIR, else /tmp; made when first needed and unlinked at
+ * once) and read back when used: restored, or read from the host.  A
+ * clean copy written there stays clean, resident: evicted, it is on disk
+ * at once.  A copy read back keeps its place in the file until something
+ * writes the buffer, and going back writes nothing.  Copies still in
+ * flight, and pinned buffers, may hold it past the bound for a while.  A
+ * write that fails (a full disk, an I/O error, a directory that is gone)
+ * leaves the buffer where it was, intact (a clean copy's host block is
+ * then dropped, as without the file), and the call that needed the room
+ * fails with SW_ERR_HOST_OOM saying why unless dropping clean copies made
+ * it.
  * 0 removes the bound.  At open: $SPILLWAY_HOST_BUDGET (bytes, a size
  * such as "8G", or a fraction of the machine's memory such as "0.25").
  * Setting it moves what must move now; a write that fails leaves its
@@ -882,8 +888,8 @@ SW_API int sw_pressure_last_chance(const sw_pressure *p);
  * A bounded ring of memory events per device, off by default (then each
  * place that would record one costs a single predictable branch).  Every
  * event carries the device's totals after it, so the history replays
- * exactly: in_use, cached and spilled change only through the events
- * marked [in_use +] etc. below.  Names follow PyTorch's memory history
+ * exactly: in_use, cached, spilled, host_copies and spilled_disk change
+ * only through the events marked [in_use +] etc. below.  Names follow PyTorch's memory history
  * where one exists.  docs/memory-history.md documents the formats.
  * ---------------------------------------------------------------------- */
 
@@ -898,8 +904,11 @@ typedef enum sw_trace_kind {
     SW_TRACE_SPILL_BEGIN = 6, /* a buffer's copy out was queued and its
                                * device memory given up [in_use -size,
                                * spilled +size]; nothing was copied with
-                               * aux 2 (a restore undone) and aux 3 (a
-                               * clean copy evicted [host_copies -size]) */
+                               * aux 2 (a restore undone), aux 3 (a
+                               * clean copy evicted [host_copies -size])
+                               * and aux 4 (a clean copy evicted to the
+                               * spill file, which held its bytes
+                               * [spilled_disk +size]) */
     SW_TRACE_SPILL_END = 7,   /* ...the copy completed; aux 1 if it failed
                                * on the device */
     SW_TRACE_RESTORE_BEGIN = 8, /* a copy in was queued [spilled -size,
@@ -922,14 +931,22 @@ typedef enum sw_trace_kind {
     SW_TRACE_HOST_COPY_DROP = 20, /* a clean copy's host block given up
                                    * [host_copies -size]: aux 0, its device
                                    * memory written; aux 1, host memory
-                                   * was short or released */
+                                   * was short, or the buffer is being
+                                   * freed (its free follows) */
     SW_TRACE_DISK_WRITE = 21, /* a spilled buffer's host copy went to the
-                               * spill file [spilled_disk +size] */
+                               * spill file [spilled_disk +size]; aux 1:
+                               * nothing written, the file held its bytes;
+                               * aux 2: a clean copy's host block, the
+                               * buffer still resident [host_copies -size,
+                               * not spilled_disk] */
     SW_TRACE_DISK_READ = 22,  /* ...and came back to host memory
                                * [spilled_disk -size] */
     SW_TRACE_HOST_BUDGET = 23, /* the host budget was set to aux */
+    SW_TRACE_DISK_DROP = 24,  /* a spilled buffer's copy in the spill file
+                               * was given up: the buffer is being freed
+                               * (its free follows) [spilled_disk -size] */
 } sw_trace_kind;
-#define SW_TRACE_KIND_COUNT 24
+#define SW_TRACE_KIND_COUNT 25
 
 /* "alloc", "free", "cache_hit", ... ; NULL for an unknown kind. */
 SW_API const char *sw_trace_kind_name(sw_trace_kind kind);

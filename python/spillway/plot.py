@@ -60,6 +60,7 @@ def _from_chrome(doc, h):
     h["device"] = other.get("spillway_device", "?")
     h["dropped"] = other.get("dropped", 0)
     budget = 0
+    renamed = {}  # (buffer, ts): a move _move renamed
     for ev in doc["traceEvents"]:
         ph, name, args = ev.get("ph"), ev.get("name"), ev.get("args", {})
         t = ev.get("ts", 0) / 1e6
@@ -74,10 +75,11 @@ def _from_chrome(doc, h):
                     args.get("spilled", 0), budget,
                     args.get("host_copies", 0), args.get("spilled_disk", 0))
         elif name in ("spill", "restore"):
-            if args.get("aux", 0) < 2:  # 2, 3: nothing was copied
+            if args.get("aux", 0) < 2:  # 2, 3, 4: nothing was copied
                 h[name + "s"].append((t, args.get("bytes", 0),
                                       args.get("tag")))
-            h["moves"].append((t, args.get("buffer"), name,
+            h["moves"].append((t, args.get("buffer"),
+                               _move(name, args.get("aux", 0)),
                                args.get("bytes", 0), args.get("tag")))
         elif name == "OOM":
             h["ooms"].append((t, args.get("requested", 0), args.get("tag")))
@@ -86,12 +88,16 @@ def _from_chrome(doc, h):
             h["allocs"].append((t, args.get("bytes", 0), args.get("tag"),
                                 stack[0] if stack else None))
         if name in _MOVES and name not in ("spill", "restore"):
-            h["moves"].append((t, args.get("buffer"), _MOVES[name],
+            what = _move(_MOVES[name], args.get("aux", 0))
+            h["moves"].append((t, args.get("buffer"), what,
                                args.get("bytes", 0), args.get("tag")))
+            if what != _MOVES[name]:  # its I/O slice follows: the same
+                renamed[(args.get("buffer"), t)] = what
         if name in _TIMED and ph == "X" and "event_ts" in args:
-            begin = t
-            h["timed"].append((args["event_ts"] / 1e6, begin,
-                               begin + ev.get("dur", 0) / 1e6, _TIMED[name],
+            begin, at = t, args["event_ts"] / 1e6
+            h["timed"].append((at, begin, begin + ev.get("dur", 0) / 1e6,
+                               renamed.get((args.get("buffer"), at),
+                                           _TIMED[name]),
                                args.get("buffer"), args.get("bytes", 0),
                                args.get("tag")))
 
@@ -100,6 +106,18 @@ def _from_chrome(doc, h):
 _MOVES = {"alloc": "alloc", "free": "free", "host_copy_drop": "dirty",
           "spill_begin": "spill", "restore_begin": "restore",
           "disk_write": "disk", "disk_read": "undisk"}
+
+
+def _move(what, aux):
+    """The move an event makes, its aux considered: a clean copy evicted
+    to the spill file that held its bytes (a spill, aux 4) is on disk at
+    once; a clean copy's host block written to the file (a disk write, aux
+    2) leaves its buffer on the device, without a host copy."""
+    if what == "spill" and aux == 4:
+        return "disk"
+    if what == "disk" and aux == 2:
+        return "dirty"
+    return what
 
 
 # The device-time slices of the Chrome format: the move each one times.
@@ -124,6 +142,7 @@ def _from_snapshot(doc, h):
                     "disk_write": "disk", "disk_read": "undisk"}.get(kind)
             at = queued.pop((what, ev["buffer"]), None) \
                 if what in ("spill", "restore") else t
+            what = _move(what, ev["aux"])
             if what is not None and at is not None:
                 h["timed"].append((at, (ev["dev_begin_ns"] - t0) / 1e9,
                                    (ev["dev_end_ns"] - t0) / 1e9, what,
@@ -132,7 +151,8 @@ def _from_snapshot(doc, h):
                 ev["budget"], ev.get("host_copies", 0),
                 ev.get("spilled_disk", 0))
         if kind in _MOVES:
-            h["moves"].append((t, ev["buffer"], _MOVES[kind], ev["size"],
+            h["moves"].append((t, ev["buffer"],
+                               _move(_MOVES[kind], ev["aux"]), ev["size"],
                                ev["tag"]))
         if kind == "spill_end" and not ev["aux"]:
             h["spills"].append((t, ev["size"], ev["tag"]))

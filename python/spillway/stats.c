@@ -335,10 +335,10 @@ static PyMethodDef stats_methods[] = {
            "('8G'), a fraction of the machine's memory (a float, NumPy "
            "float, Fraction or Decimal in (0, 1]: 0.25; at least one byte), "
            "or None for no bound.  Past it the least recently used "
-           "spilled copies go to a file under $SPILLWAY_SPILL_DIR (default: "
-           "the temporary directory) and come back when used.  "
-           "memory_stats() shows host_budget, spilled_disk and the disk "
-           "traffic."),
+           "spilled copies and clean copies go to a file under "
+           "$SPILLWAY_SPILL_DIR (default: the temporary directory) and come "
+           "back when used.  memory_stats() shows host_budget, spilled_disk "
+           "and the disk traffic."),
     FASTKW("memory_stats", mod_memory_stats,
            "memory_stats(device=None)\n--\n\nA dict of the device's figures: "
            "every field of memory_info(), reserved (in_use + cached), "

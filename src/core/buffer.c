@@ -146,6 +146,7 @@ void sw__buf_init_base(sw__buf *b, size_t size, const char *tag)
     b->host = NULL;
     b->hold_host = false;
     b->clean = false;
+    b->on_disk = b->disk_kept = false;
     b->nrestores = b->clean_uses = 0;
     b->cold_at = 0;
     b->alloc_size = 0;
@@ -244,12 +245,16 @@ void sw__buf_slot_free_locked(sw_device *dev, sw__buf *base)
  * that copy ends (spill.c). */
 static void release_base_locked(sw_device *dev, sw__buf *base)
 {
-    if (base->clean) { /* its host block goes with the slot */
-        base->clean = false;
+    if (sw__host_clean(base)) { /* its host block goes with the slot */
         dev->host_copies -= base->alloc_size;
+        /* In the history before its free, as every drop of a clean copy
+         * is: a replay lowers host_copies only there. */
+        SW__TRACE(dev, SW_TRACE_HOST_COPY_DROP, base, base->alloc_size, 0,
+                  1);
     }
+    base->clean = false;
+    sw__disk_release_locked(dev, base); /* its extent of the spill file */
     if (base->state == SW_SPILLED) {
-        sw__disk_release_locked(dev, base);
         dev->spilled -= base->alloc_size;
         SW__TRACE(dev, SW_TRACE_FREE, base, base->alloc_size, 0, 1);
     } else {
@@ -603,7 +608,8 @@ static int host_access_locked(sw_device *dev, sw__buf *buf, size_t offset,
          * running ahead of the copy in (a spill superseded by a restore
          * on the in-order copy queue). */
         char *h = base->state == SW_SPILLED ||
-                          (base->clean && !write && base->xfer == NULL)
+                          (sw__host_clean(base) && !write &&
+                           base->xfer == NULL)
                       ? (char *)base->host + off
                   : can_inline_locked(dev, base, n)
                       ? (char *)(uintptr_t)base->mem + off

@@ -1,14 +1,22 @@
 /*
  * disk.c -- the disk tier: a host budget (sw_set_host_budget) bounds the
  * host memory spillway holds for a device (spilled copies, clean copies,
- * the idle staging pool); past it, spilled copies go to a file.
+ * the idle staging pool); past it, spilled copies go to a file, and so do
+ * clean copies' host blocks (the buffer staying resident and clean):
+ * dropped, their buffers' next eviction would copy them out again.
+ *
+ * Move no byte twice: a copy read back from the file keeps its extent
+ * there while nothing writes the buffer (disk_kept).  Sent back to disk,
+ * spilled or as a clean copy, it writes nothing, and a clean copy without
+ * its host block, evicted, is on disk at once.  A write ends that
+ * (sw__dirty_locked gives the extent back).
  *
  * One file per device, under SPILLWAY_SPILL_DIR (default $TMPDIR, else
  * /tmp), made when first needed and unlinked at once (O_TMPFILE where the
  * filesystem has it): nothing is left behind, whatever happens to the
  * process, and a directory removed later does not matter.  Offsets only
- * grow; a buffer read back or freed gives its extent back with a hole
- * punched, so the file's blocks are what is on disk now.
+ * grow; a buffer written or freed gives its extent back with a hole
+ * punched, so the file's blocks are what it holds now.
  *
  * The I/O goes through diskio.c's engine (the calling thread and a few
  * I/O threads, each buffer cut in 1 MiB pieces done at once) with the
@@ -16,8 +24,10 @@
  * them, as for a copy in flight).  Making room writes as many of the least
  * recently used copies as the room needs in one go.  A write that fails (a
  * full disk, an I/O error, a directory that is gone) leaves its buffer in
- * host memory with its data intact, and the call that needed the room
- * says why.
+ * host memory with its data intact (a clean copy: its buffer on the
+ * device, its host block dropped as it would be without the file), and
+ * the call that needed the room says why, unless dropping clean copies
+ * made the room.
  */
 #include "core/internal.h"
 #include "core/diskio.h"
@@ -128,21 +138,24 @@ static void punch(int fd, uint64_t off, uint64_t len)
 #endif
 }
 
-/* Write spilled bases' host copies to the file, all at once, and give
- * their host blocks up.  pre: each SPILLED in host memory, no copy in
- * flight, unpinned, and marked moving by the caller (so that none is
- * chosen twice): no one reads, writes, restores or releases them
- * meanwhile (a free waits for the end).  Not pins: pins are the caller's
- * to count (sw_launch_end checks them), and this may be another thread's
- * call making room.  A base whose write fails stays in host memory,
- * intact; the first failure is the error. */
+/* Write bases' host copies to the file, all at once, and give their host
+ * blocks up: spilled bases (then on disk), and clean copies (then resident
+ * and clean with their extent, disk_kept).  pre: each SPILLED in host
+ * memory or a clean copy with its host block, no copy in flight, unpinned,
+ * and marked moving by the caller (so that none is chosen twice): no one
+ * reads, writes, restores or releases them meanwhile (a free waits for
+ * the end).  Not pins: pins are the caller's to count (sw_launch_end
+ * checks them), and this may be another thread's call making room.  A
+ * spilled base whose write fails stays in host memory, intact, and the
+ * first such failure is the error; a clean copy's host block goes then as
+ * it would without the file (its buffer keeps its data on the device). */
 static int disk_write_locked(sw_device *dev, sw__buf **v, size_t k)
 {
-    int rc = disk_open_locked(dev);
+    int orc = disk_open_locked(dev), rc = SW_OK;
     sw__dio d[DISK_BATCH];
     bool fault[DISK_BATCH];
     size_t nd = 0;
-    for (size_t i = 0; rc == SW_OK && i < k; i++) {
+    for (size_t i = 0; orc == SW_OK && i < k; i++) {
         uint64_t len = extent_of(v[i]);
         d[i] = (sw__dio){true, dev->disk_fd, v[i]->host, v[i]->size,
                          dev->disk_end, 0};
@@ -168,12 +181,16 @@ static int disk_write_locked(sw_device *dev, sw__buf **v, size_t k)
         d[i].err = fault[i] ? EIO : run[r++].err;
     for (size_t i = 0; i < k; i++) {
         sw__buf *b = v[i];
+        bool clean = b->state == SW_RESIDENT;
         b->moving = false;
-        if (i >= nd) /* no file: nothing was written */
-            continue;
-        if (d[i].err != 0) {
-            punch(dev->disk_fd, d[i].off, extent_of(b));
-            if (rc == SW_OK) {
+        if (i >= nd || d[i].err != 0) {
+            if (i < nd)
+                punch(dev->disk_fd, d[i].off, extent_of(b));
+            if (clean) {
+                sw__host_copy_drop_locked(dev, b);
+            } else if (rc == SW_OK && i >= nd) {
+                rc = orc; /* no file: nothing was written */
+            } else if (rc == SW_OK) {
                 char b1[32], b2[32];
                 rc = sw__errorf(SW_ERR_HOST_OOM, "%s: the host budget of %s "
                                 "is reached, and buffer '%s' (%s) could not "
@@ -191,9 +208,14 @@ static int disk_write_locked(sw_device *dev, sw__buf **v, size_t k)
         }
         sw__host_put_locked(dev, b->host, b->host_size, b->host_pinned);
         b->host = NULL;
-        b->on_disk = true;
         b->disk_off = d[i].off;
-        dev->spilled_disk += b->alloc_size;
+        if (clean) {
+            b->disk_kept = true; /* still clean: its copy is there now */
+            dev->host_copies -= b->alloc_size;
+        } else {
+            b->on_disk = true;
+            dev->spilled_disk += b->alloc_size;
+        }
         dev->disk_write_bytes += b->size;
         /* The batch's time, shared by bytes. */
         dev->disk_write_seconds += nrun > 0 ? dt * (double)b->size /
@@ -201,7 +223,7 @@ static int disk_write_locked(sw_device *dev, sw__buf **v, size_t k)
                                             : 0.0;
         if (dev->tracing) /* the batch's I/O, together */
             sw__trace_emit_timed(dev, SW_TRACE_DISK_WRITE, b, b->alloc_size,
-                                 0, ns0, ns1);
+                                 clean ? 2 : 0, ns0, ns1);
     }
     pthread_cond_broadcast(&dev->moved);
     for (size_t i = 0; i < k; i++)
@@ -209,8 +231,22 @@ static int disk_write_locked(sw_device *dev, sw__buf **v, size_t k)
     return rc;
 }
 
-/* The least recently used spilled base held in host memory that can go to
- * disk now; with none, *busy says whether one will once its copy ends. */
+/* A spilled base whose extent of the file still holds its bytes goes back
+ * there with nothing written: its host block is given up. */
+static void disk_rekeep_locked(sw_device *dev, sw__buf *b)
+{
+    sw__host_put_locked(dev, b->host, b->host_size, b->host_pinned);
+    b->host = NULL;
+    b->disk_kept = false;
+    b->on_disk = true;
+    dev->spilled_disk += b->alloc_size;
+    SW__TRACE(dev, SW_TRACE_DISK_WRITE, b, b->alloc_size, 0, 1);
+}
+
+/* The spilled base held in host memory that can go to disk now, at the
+ * least cost: one whose extent of the file still holds its bytes (nothing
+ * to write), else the least recently used; with none, *busy says whether
+ * one will once its copy ends. */
 static sw__buf *disk_victim_locked(sw_device *dev, sw__buf **busy)
 {
     sw__buf *best = NULL;
@@ -220,14 +256,20 @@ static sw__buf *disk_victim_locked(sw_device *dev, sw__buf **busy)
          * once it lands. */
         if (b->clean && b->xfer != NULL && !b->hold_host)
             *busy = b;
-        if (b->state != SW_SPILLED || b->host == NULL || b->on_disk ||
-            b->lost || b->moving || b->pins > 0 || b->size == 0)
+        /* A clean copy goes to the file with the spilled copies, as old
+         * as its last use: dropped, its next eviction would copy it out
+         * again. */
+        bool clean = sw__host_clean(b) && !b->disk_kept && !b->hold_host;
+        if ((b->state != SW_SPILLED && !clean) || b->host == NULL ||
+            b->on_disk || b->lost || b->moving || b->pins > 0 ||
+            b->size == 0)
             continue;
         if (b->xfer != NULL) {
             *busy = b;
             continue;
         }
-        if (best == NULL || b->last_use < best->last_use)
+        if (best == NULL || b->disk_kept > best->disk_kept ||
+            (b->disk_kept == best->disk_kept && b->last_use < best->last_use))
             best = b;
     }
     return best;
@@ -256,8 +298,8 @@ static int room_locked(sw_device *dev, uint64_t need, bool wait,
         if (dev->xfers != NULL)
             sw__xfer_poll_locked(dev); /* landed copies: their blocks free */
         if (dev->host_copies > 0 &&
-            sw__clean_drop_locked(dev, over, false) > 0)
-            continue; /* the clean copies first: they cost nothing */
+            sw__clean_drop_locked(dev, over, false, true) > 0)
+            continue; /* copies the file holds too: they cost nothing */
         if (dev->hpool.bytes > 0) {
             /* Idle blocks next, only as many as must go: the rest are
              * what the reads back from disk land in without a page fault
@@ -277,8 +319,18 @@ static int room_locked(sw_device *dev, uint64_t need, bool wait,
             sw__xfer_settle_locked(dev, busy);
             continue;
         }
-        if (b == NULL)
-            return SW_OK; /* nothing more can go now: best effort */
+        if (b == NULL) {
+            /* The clean copies the file could not take (pinned), dropped;
+             * then nothing more can go now: best effort. */
+            if (dev->host_copies > 0 &&
+                sw__clean_drop_locked(dev, over, false, false) > 0)
+                continue;
+            return SW_OK;
+        }
+        if (b->disk_kept) {
+            disk_rekeep_locked(dev, b);
+            continue;
+        }
         /* As many as make the room, least recently used first, written
          * together (the engine does their pieces at once). */
         sw__buf *v[DISK_BATCH];
@@ -291,9 +343,16 @@ static int room_locked(sw_device *dev, uint64_t need, bool wait,
             if (k == DISK_BATCH || going >= over)
                 break;
             b = disk_victim_locked(dev, &busy);
+            if (b != NULL && b->disk_kept)
+                break; /* free: the next round's */
         }
         int rc = disk_write_locked(dev, v, k);
-        if (rc != SW_OK)
+        /* Without the file, the clean copies' host blocks go instead (as
+         * they went before the file took them); the error only when that
+         * does not make the room. */
+        if (rc != SW_OK && (dev->host_copies == 0 ||
+                            sw__clean_drop_locked(dev, over, false,
+                                                  false) == 0))
             return rc;
     }
 }
@@ -383,11 +442,14 @@ static int read_end_locked(sw_device *dev, sw__buf *b, disk_rd *r)
                           strerror(r->err),
                           r->fault ? " (an injected fault)" : "");
     }
-    punch(r->fd, r->off, extent_of(b));
+    /* The extent stays, holding the same bytes until something writes the
+     * buffer (disk_kept): going back to disk, or evicted clean without its
+     * host block, it writes nothing. */
     b->host = r->p;
     b->host_size = r->got;
     b->host_pinned = r->pinned;
     b->on_disk = false;
+    b->disk_kept = true;
     dev->spilled_disk -= b->alloc_size;
     dev->disk_read_bytes += r->n;
     dev->disk_read_seconds += (double)(r->ns1 - r->ns0) * 1e-9;
@@ -624,14 +686,27 @@ int sw__disk_pread_locked(sw_device *dev, sw__buf *b, size_t off, void *p,
     return SW_OK;
 }
 
+void sw__disk_forget_locked(sw_device *dev, sw__buf *b)
+{
+    sw__assert_locked(dev);
+    if (!b->disk_kept)
+        return;
+    punch(dev->disk_fd, b->disk_off, extent_of(b));
+    b->disk_kept = false;
+}
+
 void sw__disk_release_locked(sw_device *dev, sw__buf *b)
 {
     sw__assert_locked(dev);
+    sw__disk_forget_locked(dev, b);
     if (!b->on_disk)
         return;
     punch(dev->disk_fd, b->disk_off, extent_of(b));
     b->on_disk = false;
     dev->spilled_disk -= b->alloc_size;
+    /* Before its free, in the history: a replay lowers spilled_disk only
+     * at an event of its own (docs/memory-history.md). */
+    SW__TRACE(dev, SW_TRACE_DISK_DROP, b, b->alloc_size, 0, 0);
 }
 
 void sw__disk_close_locked(sw_device *dev)

@@ -17,12 +17,15 @@ static inline uint64_t sw__host_held(const sw_device *dev)
            dev->hpool.bytes;
 }
 /* Under a host budget, make room for `need` more bytes of host copies:
- * the clean copies go first, then the idle pool, then the least recently
- * used spilled copies are written to disk (the lock released meanwhile),
- * after their copies out end (with wait; without, only those already
- * done).  Best effort where nothing more can move (pinned, in flight);
- * fails only when a write to disk does (the buffer stays in host memory,
- * intact, and the message says why). */
+ * the host blocks of clean copies whose bytes the spill file holds go
+ * first, then the idle pool, then the copies the file holds (nothing
+ * written), then the least recently used spilled copies and clean copies
+ * are written to disk (the lock released meanwhile), spilled ones after
+ * their copies out end (with wait; without, only those already done).
+ * Best effort where nothing more can move (pinned, in flight); fails only
+ * when a write to disk of a spilled copy does and dropping clean copies
+ * cannot make the room (the buffer stays in host memory, intact, and the
+ * message says why). */
 int sw__host_room_locked(sw_device *dev, uint64_t need, bool wait);
 /* The same for one host copy of size bytes (need: what it will count),
  * taking its block: a pool block that fits, taken as soon as there is one
@@ -54,8 +57,12 @@ void sw__disk_wait_reads_locked(sw_device *dev);
  * base pinned by the caller). */
 int sw__disk_pread_locked(sw_device *dev, sw__buf *base, size_t off, void *p,
                           size_t n);
-/* An on-disk base released: its extent of the file is given back. */
+/* A base released: its extent of the file, if it has one, is given back
+ * (on_disk: a disk_drop event, before its free's). */
 void sw__disk_release_locked(sw_device *dev, sw__buf *base);
+/* base's kept extent (disk_kept) no longer holds its bytes (it is
+ * written): given back.  A no-op without one. */
+void sw__disk_forget_locked(sw_device *dev, sw__buf *base);
 /* The device closes: the file goes. */
 void sw__disk_close_locked(sw_device *dev);
 /* Whether an armed fault of op hits this call (bops.c). */

@@ -145,8 +145,9 @@ SW_API int sw_release_host_pool(sw_device *dev)
         sw__xfer_settle_locked(dev, b); /* b may be gone after it */
     }
     /* The clean copies are host memory held for speed only: they go too
-     * (their buffers' next eviction copies again). */
-    (void)sw__clean_drop_locked(dev, UINT64_MAX, true);
+     * (their buffers' next eviction copies again, unless the spill file
+     * holds their bytes). */
+    (void)sw__clean_drop_locked(dev, UINT64_MAX, true, false);
     sw__host_pool_drain_locked(dev);
     sw__unlock(dev);
     return SW_OK;

@@ -52,12 +52,14 @@ struct sw__buf {
      * though resident (spill.c, sw__unrestore_locked).  Any other use
      * ends it (sw__hold_end_locked): what it writes must not be undone. */
     bool hold_host;
-    /* (base) A clean copy: resident, and its host block (`host`) holds
-     * the same bytes as its device memory -- restored, and nothing has
-     * written it since.  Evicting it copies nothing.  Every way of writing
-     * the device copy ends it first (sw__dirty_locked): a launch argument
-     * not marked SW_ACCESS_READ, an op's output, a host write, a write
-     * export.  Counted in dev->host_copies. */
+    /* (base) A clean copy: resident, and its host block (`host`) or its
+     * extent of the spill file (disk_kept) holds the same bytes as its
+     * device memory -- restored, and nothing has written it since.
+     * Evicting it copies nothing.  Every way of writing the device copy
+     * ends it first (sw__dirty_locked): a launch argument not marked
+     * SW_ACCESS_READ, an op's output, a host write, a write export.
+     * Counted in dev->host_copies while it has the host block
+     * (sw__host_clean). */
     bool clean;
     /* (base) Restores in its life, and launches that used it since the
      * last one (ops, copies, sw_launch_end: not a prefetch, a host read
@@ -114,6 +116,13 @@ struct sw__buf {
     /* (base) SPILLED with its only copy in the device's spill file, at
      * disk_off (disk.c): host is NULL then. */
     bool on_disk;
+    /* (base) Not on_disk, yet its extent of the spill file at disk_off
+     * still holds its bytes: read back from there and written by nothing
+     * since -- spilled in host memory, or resident and clean.  Sent to
+     * disk again it writes nothing, and a clean copy without its host
+     * block goes straight back there when evicted (disk.c).  Any write
+     * ends it (sw__dirty_locked). */
+    bool disk_kept;
     uint64_t disk_off;
     /* (base) While hold_host: the call holding it, and where its device
      * memory goes back to if that call undoes the restore. */
@@ -684,22 +693,35 @@ void sw__unrestore_locked(sw_device *dev, sw__buf *base);
  * use came first): the host copy goes (now, or when its copy in is seen
  * done).  A no-op without a hold. */
 void sw__hold_end_locked(sw_device *dev, sw__buf *base);
-/* base's device copy may be written from now on: a clean copy's host
- * block goes (now, or when a copy still reading it is done). */
 /* Evict a clean base (clean.c): its device memory to the cache, its host
- * block its only copy.  pre: unpinned, not moving, out of the heap. */
+ * block its only copy -- or, without one, its extent of the spill file
+ * (then it is on_disk).  pre: unpinned, not moving, out of the heap. */
 void sw__evict_clean_locked(sw_device *dev, sw__buf *b);
+/* base's device copy (or, spilled, its host copy) may be written from now
+ * on: a clean copy's host block goes (now, or when a copy still reading it
+ * is done), and a kept extent of the spill file with it. */
 void sw__dirty_slow_locked(sw_device *dev, sw__buf *base);
 static inline void sw__dirty_locked(sw_device *dev, sw__buf *base)
 {
-    if (__builtin_expect(base->clean, 0))
+    if (__builtin_expect(base->clean | base->disk_kept, 0))
         sw__dirty_slow_locked(dev, base);
 }
-/* Give up the clean copies' host blocks, most recently used first, until
- * `need` bytes went (host memory is short, or the host budget passed);
- * returns the bytes given up.  The blocks go to the staging pool, and with
- * drain the pool to the system. */
-uint64_t sw__clean_drop_locked(sw_device *dev, uint64_t need, bool drain);
+/* A clean copy that holds its host block (counted in host_copies). */
+static inline bool sw__host_clean(const sw__buf *b)
+{
+    return b->clean && b->host != NULL;
+}
+/* Give up the clean copies' host blocks until `need` bytes went (host
+ * memory is short, or the host budget passed): first those whose bytes
+ * the spill file holds too (they stay clean, copies there), then -- unless
+ * file_only: the host budget writes those to the spill file instead
+ * (disk.c) -- the rest, most recently used first.  Returns the bytes given
+ * up.  The blocks go to the staging pool, and with drain the pool to the
+ * system. */
+uint64_t sw__clean_drop_locked(sw_device *dev, uint64_t need, bool drain,
+                               bool file_only);
+/* That for one clean copy (its host block, no copy in flight or hold). */
+void sw__host_copy_drop_locked(sw_device *dev, sw__buf *b);
 int sw__make_resident_locked(sw_device *dev, sw__buf *base);
 /* Finish the xfers that are done (never blocks). */
 void sw__xfer_poll_locked(sw_device *dev);

@@ -547,7 +547,7 @@ static int spill_batch_locked(sw_device *dev, uint64_t need,
          * allocation; failing that, the pool to the system and a fresh
          * one. */
         if (host == NULL && dev->host_copies > 0 &&
-            sw__clean_drop_locked(dev, b->alloc_size, false) > 0) {
+            sw__clean_drop_locked(dev, b->alloc_size, false, false) > 0) {
             host = sw__host_get_locked(dev, b->size, &hsize, &pinned);
             if (host == NULL) {
                 sw__host_pool_drain_locked(dev);

@@ -137,7 +137,7 @@ void sw__snapshot_locked(sw_device *dev, sw_buffer_info *out, size_t cap,
         o->queues = b->qmask & ~SW__QMASK_RESTORE; /* queues only */
         memcpy(o->tag, b->tag, sizeof o->tag);
         o->on_disk = b->state == SW_SPILLED && b->on_disk;
-        o->host_copy = b->state == SW_RESIDENT && b->clean;
+        o->host_copy = b->state == SW_RESIDENT && sw__host_clean(b);
     }
     *count = i;
 }

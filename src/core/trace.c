@@ -44,6 +44,7 @@ static const char *const kind_names[SW_TRACE_KIND_COUNT] = {
     [SW_TRACE_DISK_WRITE] = "disk_write",
     [SW_TRACE_DISK_READ] = "disk_read",
     [SW_TRACE_HOST_BUDGET] = "host_budget",
+    [SW_TRACE_DISK_DROP] = "disk_drop",
 };
 
 SW_API const char *sw_trace_kind_name(sw_trace_kind kind)

@@ -485,17 +485,32 @@ TEST(clean_copies_given_up)
         ASSERT_OK(sw_set_memory_budget(dev, 0));
         ASSERT_OK(sw_set_host_pool_limit(dev, UINT64_C(1) << 30));
     }
-    /* A host budget: the clean copy goes before anything goes to disk. */
+    /* A host budget: the clean copies' host blocks go to the spill file,
+     * not away -- their buffers stay resident and clean, and evicted they
+     * copy nothing: they are on disk at once. */
     ASSERT_OK(sw_op_sum(d, SW_INT32, CN, &s)); /* back (or still here) */
     ASSERT_OK(sw_op_sum(a, SW_INT32, CN, &s));
     ASSERT_OK(sw_set_memory_budget(dev, 0));
     sw_memory_info m1 = test_info(dev);
     if (m1.host_copies > 0) {
+        uint64_t n = m1.host_copies / test_round(CB);
         ASSERT_OK(sw_set_host_budget(dev, 1));
         sw_memory_info m2 = test_info(dev);
         ASSERT_UEQ(m2.host_copies, 0);
-        ASSERT_UEQ(m2.disk_write_bytes, m1.disk_write_bytes);
+        ASSERT_UEQ(m2.disk_write_bytes - m1.disk_write_bytes, n * CB);
+        ASSERT_EQ(cstate(a), SW_RESIDENT);
+        ASSERT_EQ(cstate(d), SW_RESIDENT);
         ASSERT_OK(sw_set_host_budget(dev, 0));
+        spill_all(dev); /* d, if it stayed dirty, is copied out */
+        sw_memory_info m3 = test_info(dev);
+        ASSERT_EQ(cstate(a), SW_SPILLED);
+        ASSERT_UEQ(m3.spilled_bytes_total - m2.spilled_bytes_total,
+                   (2 - n) * CB);
+        ASSERT_UEQ(m3.clean_evictions - m2.clean_evictions, n);
+        ASSERT_UEQ(m3.spilled_disk, n * test_round(CB));
+        ASSERT_UEQ(m3.disk_write_bytes, m2.disk_write_bytes);
+        ASSERT_UEQ((uint64_t)(test_buffer_info(dev, a).on_disk +
+                              test_buffer_info(dev, d).on_disk), n);
     }
     test_expect_pattern(a, 11);
     test_expect_pattern(d, 12);

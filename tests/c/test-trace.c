@@ -166,10 +166,11 @@ static void tmp_path(char *buf, size_t len, const char *what)
  * ---------------------------------------------------------------------- */
 
 typedef struct {
-    uint64_t in_use, cached, spilled;
+    uint64_t in_use, cached, spilled, host_copies, spilled_disk;
 } totals;
 
-/* Apply one event's documented effect to t. */
+/* Apply one event's documented effect (docs/memory-history.md's table) to
+ * t. */
 static void apply(totals *t, const sw_trace_event *e)
 {
     switch (e->kind) {
@@ -177,6 +178,8 @@ static void apply(totals *t, const sw_trace_event *e)
         t->in_use = e->in_use;
         t->cached = e->cached;
         t->spilled = e->spilled;
+        t->host_copies = e->host_copies;
+        t->spilled_disk = e->spilled_disk;
         break;
     case SW_TRACE_ALLOC:
         t->in_use += e->size;
@@ -197,14 +200,69 @@ static void apply(totals *t, const sw_trace_event *e)
     case SW_TRACE_SPILL_BEGIN:
         t->in_use -= e->size;
         t->spilled += e->size;
+        if (e->aux == 3)
+            t->host_copies -= e->size;
+        if (e->aux == 4)
+            t->spilled_disk += e->size;
         break;
     case SW_TRACE_RESTORE_BEGIN:
         t->spilled -= e->size;
         t->in_use += e->size;
+        t->host_copies += e->size;
+        break;
+    case SW_TRACE_HOST_COPY_DROP:
+        t->host_copies -= e->size;
+        break;
+    case SW_TRACE_DISK_WRITE:
+        if (e->aux == 2)
+            t->host_copies -= e->size;
+        else
+            t->spilled_disk += e->size;
+        break;
+    case SW_TRACE_DISK_READ:
+    case SW_TRACE_DISK_DROP:
+        t->spilled_disk -= e->size;
         break;
     default:
         break;
     }
+}
+
+/* Replaying ev[0..n) from its start event reproduces the five totals
+ * every event carries, and then m's. */
+static void expect_replay(const sw_trace_event *ev, size_t n,
+                          const sw_memory_info *m)
+{
+    totals r = {0, 0, 0, 0, 0};
+    for (size_t i = 0; i < n; i++) {
+        apply(&r, &ev[i]);
+        if (r.in_use != ev[i].in_use || r.cached != ev[i].cached ||
+            r.spilled != ev[i].spilled ||
+            r.host_copies != ev[i].host_copies ||
+            r.spilled_disk != ev[i].spilled_disk)
+            FAIL("event %zu (%s, aux %llu): replayed in_use/cached/spilled/"
+                 "host_copies/spilled_disk %llu/%llu/%llu/%llu/%llu, "
+                 "recorded %llu/%llu/%llu/%llu/%llu", i,
+                 sw_trace_kind_name(ev[i].kind),
+                 (unsigned long long)ev[i].aux,
+                 (unsigned long long)r.in_use, (unsigned long long)r.cached,
+                 (unsigned long long)r.spilled,
+                 (unsigned long long)r.host_copies,
+                 (unsigned long long)r.spilled_disk,
+                 (unsigned long long)ev[i].in_use,
+                 (unsigned long long)ev[i].cached,
+                 (unsigned long long)ev[i].spilled,
+                 (unsigned long long)ev[i].host_copies,
+                 (unsigned long long)ev[i].spilled_disk);
+        ASSERT_UEQ(ev[i].seq, i);
+        if (i > 0)
+            ASSERT_UGE(ev[i].time_ns, ev[i - 1].time_ns);
+    }
+    ASSERT_UEQ(r.in_use, m->in_use);
+    ASSERT_UEQ(r.cached, m->cached);
+    ASSERT_UEQ(r.spilled, m->spilled);
+    ASSERT_UEQ(r.host_copies, m->host_copies);
+    ASSERT_UEQ(r.spilled_disk, m->spilled_disk);
 }
 
 static int gc_callback(sw_device *dev, sw_pressure *p, size_t bytes,
@@ -227,6 +285,16 @@ static size_t count_kind(const sw_trace_event *ev, size_t n, uint32_t k)
     for (size_t i = 0; i < n; i++)
         c += ev[i].kind == k;
     return c;
+}
+
+/* b brought back for a launch that only reads it (no kernel: every
+ * backend): a clean copy. */
+static void read_back(sw_device *dev, sw_buffer *b)
+{
+    unsigned char read = SW_ACCESS_READ;
+    sw_devmem p;
+    ASSERT_OK(sw_launch_begin_access(dev, &b, &read, 1, &p));
+    ASSERT_OK(sw_launch_end(dev, &b, 1));
 }
 
 TEST(trace_every_kind_replays)
@@ -286,6 +354,47 @@ TEST(trace_every_kind_replays)
     sw_buffer *done = NULL;
     ASSERT_OK(sw_buffer_alloc(dev, 0, "empty", &done));
     ASSERT_OK(sw_buffer_free(done));
+    /* Clean copies, the disk tier, a prefetch, and frees of a clean copy,
+     * of a buffer on disk and of one spilled to host memory. */
+    enum { KN = 4, KS = 64 * 1024 };
+    sw_buffer *k[KN];
+    for (int i = 0; i < KN; i++) {
+        k[i] = test_alloc(dev, KS, "kept");
+        test_write_pattern(k[i], 20u + (uint32_t)i);
+    }
+    ASSERT_OK(sw_set_memory_budget(dev, 1)); /* everything out */
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    for (int i = 0; i < KN; i++) /* back by a read: clean copies */
+        read_back(dev, k[i]);
+    ASSERT_OK(sw_buffer_free(k[0])); /* a clean copy freed */
+    k[0] = NULL;
+    test_write_pattern(k[2], 22); /* written: its host copy goes */
+    ASSERT_OK(sw_set_memory_budget(dev, 1)); /* k[1], k[3]: evicted clean */
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    read_back(dev, k[3]); /* clean again */
+    /* Past a host budget of one byte: the spilled copies go to disk, and
+     * so does the clean copy's host block (k[3] stays resident, clean). */
+    ASSERT_OK(sw_set_host_budget(dev, 1));
+    ASSERT_OK(sw_buffer_free(k[1])); /* a buffer on disk freed */
+    k[1] = NULL;
+    ASSERT_OK(sw_buffer_prefetch(k[2], NULL)); /* from disk, ahead of use */
+    ASSERT_OK(sw_device_synchronize(dev)); /* its read, if in background */
+    ASSERT_OK(sw_set_host_budget(dev, 0));
+    /* k[3] evicted clean to the file, k[2] (its extent kept) to host
+     * memory, then back to the file with nothing written. */
+    ASSERT_OK(sw_set_memory_budget(dev, 1));
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_OK(sw_device_synchronize(dev));
+    ASSERT_OK(sw_set_host_budget(dev, 1));
+    ASSERT_OK(sw_set_host_budget(dev, 0));
+    /* k[3] back from disk and written, then out to host memory, freed. */
+    read_back(dev, k[3]);
+    test_write_pattern(k[3], 23);
+    ASSERT_OK(sw_set_memory_budget(dev, 1));
+    ASSERT_OK(sw_set_memory_budget(dev, 0));
+    ASSERT_OK(sw_device_synchronize(dev));
+    ASSERT_OK(sw_buffer_free(k[3])); /* a buffer spilled to host freed */
+    k[3] = NULL;
     /* The copies' ends are seen once they are done. */
     ASSERT_OK(sw_device_synchronize(dev));
     ASSERT_OK(sw_trace_stop(dev));
@@ -297,33 +406,43 @@ TEST(trace_every_kind_replays)
     sw_trace_event *ev = calloc(n, sizeof *ev);
     ASSERT_OK(sw_trace_read(dev, ev, n, &n, NULL));
     ASSERT_EQ(ev[0].kind, SW_TRACE_START);
-    for (uint32_t k = 0; k < SW_TRACE_KIND_COUNT; k++) {
-        if (k == SW_TRACE_PREFETCH)
-            continue; /* nothing here prefetches */
-        if (count_kind(ev, n, k) == 0)
-            FAIL("no '%s' event was recorded", sw_trace_kind_name(k));
-    }
-    /* Replaying the events reproduces every total on the way. */
-    totals r = {0, 0, 0};
+    for (uint32_t kind = 0; kind < SW_TRACE_KIND_COUNT; kind++)
+        if (count_kind(ev, n, kind) == 0)
+            FAIL("no '%s' event was recorded", sw_trace_kind_name(kind));
+    /* Each way the five totals move, reached: a clean copy evicted from
+     * host memory and from the spill file, given up for a write, written
+     * to the file, freed; a spilled copy sent back to the file it was
+     * read from; a buffer freed on disk and one in host memory; a restore
+     * for a prefetch. */
+    bool evicted = false, evicted_disk = false, written = false;
+    bool to_file = false, back_to_file = false, prefetched = false;
+    bool freed_clean = false, freed_disk = false, freed_spilled = false;
     for (size_t i = 0; i < n; i++) {
-        apply(&r, &ev[i]);
-        if (r.in_use != ev[i].in_use || r.cached != ev[i].cached ||
-            r.spilled != ev[i].spilled)
-            FAIL("event %zu (%s): replayed %llu/%llu/%llu, recorded "
-                 "%llu/%llu/%llu", i, sw_trace_kind_name(ev[i].kind),
-                 (unsigned long long)r.in_use, (unsigned long long)r.cached,
-                 (unsigned long long)r.spilled,
-                 (unsigned long long)ev[i].in_use,
-                 (unsigned long long)ev[i].cached,
-                 (unsigned long long)ev[i].spilled);
-        ASSERT_UEQ(ev[i].seq, i);
-        if (i > 0)
-            ASSERT_UGE(ev[i].time_ns, ev[i - 1].time_ns);
+        const sw_trace_event *e = &ev[i], *next = i + 1 < n ? e + 1 : NULL;
+        evicted |= e->kind == SW_TRACE_SPILL_BEGIN && e->aux == 3;
+        evicted_disk |= e->kind == SW_TRACE_SPILL_BEGIN && e->aux == 4;
+        written |= e->kind == SW_TRACE_HOST_COPY_DROP && e->aux == 0;
+        to_file |= e->kind == SW_TRACE_DISK_WRITE && e->aux == 2;
+        back_to_file |= e->kind == SW_TRACE_DISK_WRITE && e->aux == 1;
+        prefetched |= e->kind == SW_TRACE_RESTORE_BEGIN && e->aux == 1;
+        bool freed = next != NULL && next->kind == SW_TRACE_FREE &&
+                     next->buffer == e->buffer;
+        freed_clean |= freed && e->kind == SW_TRACE_HOST_COPY_DROP &&
+                       next->aux == 0;
+        freed_disk |= freed && e->kind == SW_TRACE_DISK_DROP &&
+                      next->aux == 1;
+        freed_spilled |= e->kind == SW_TRACE_FREE && e->aux == 1 &&
+                         strcmp(e->tag, "kept") == 0 &&
+                         !(ev[i - 1].kind == SW_TRACE_DISK_DROP &&
+                           ev[i - 1].buffer == e->buffer);
     }
+    ASSERT_TRUE(evicted && evicted_disk && written && prefetched);
+    ASSERT_TRUE(to_file && back_to_file);
+    ASSERT_TRUE(freed_clean && freed_disk && freed_spilled);
+    /* Replaying the events reproduces every total on the way, and the
+     * device's now. */
     sw_memory_info m = test_info(dev);
-    ASSERT_UEQ(r.in_use, m.in_use);
-    ASSERT_UEQ(r.cached, m.cached);
-    ASSERT_UEQ(r.spilled, m.spilled);
+    expect_replay(ev, n, &m);
     /* The OOM keeps its report; the GC count rides on its event. */
     for (size_t i = 0; i < n; i++) {
         if (ev[i].kind == SW_TRACE_OOM) {
@@ -358,6 +477,8 @@ TEST(trace_every_kind_replays)
 
     test_expect_pattern(a, 1);
     test_expect_pattern(b, 2);
+    test_expect_pattern(k[2], 22);
+    ASSERT_OK(sw_buffer_free(k[2]));
     ASSERT_OK(sw_buffer_free(c));
     ASSERT_OK(sw_buffer_free(a));
     ASSERT_OK(sw_buffer_free(b));

@@ -29,6 +29,10 @@
     X(disk_full)                                                              \
     X(thread_disk_tier)                                                       \
     X(disk_prefetch_in_background)                                            \
+    /* test-diskcopy.c */                                                     \
+    X(diskcopy_read_back_moves_once)                                          \
+    X(diskcopy_written_copy_goes_again)                                       \
+    X(diskcopy_clean_write_fails)                                             \
     /* test-clean.c */                                                        \
     X(clean_evicted_twice_moves_once)                                         \
     X(clean_every_write_dirties)                                              \

@@ -348,6 +348,34 @@ def test_demo_json():
     assert doc["moved_over_floor"] >= 0.9999
 
 
+def test_demo_host_budget_in_every_repeat():
+    """--host-budget holds for every repeat of run 2, not its first alone,
+    and the figures printed are of such a run (the fastest repeat): each
+    repeat wrote to disk."""
+    import json
+    p = run("demo", "--steps", "8", "--json", "--repeat", "3",
+            "--host-budget", "quarter", timeout=120)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    plain, budgeted = doc["runs"]
+    hb = budgeted["host_budget"]
+    assert hb == (doc["live_bytes"] - budgeted["budget"]) // 4 > 0
+    assert plain["host_budget"] == 0
+    assert len(budgeted["repeats"]) == len(plain["repeats"]) == 3
+    for rep in budgeted["repeats"]:
+        assert rep["host_budget"] == hb, budgeted["repeats"]
+        assert rep["disk_out_bytes"] > 0 and rep["disk_in_bytes"] > 0, rep
+    kept = min(budgeted["repeats"], key=lambda rep: rep["wall_s"])
+    assert budgeted["wall_s"] == pytest.approx(kept["wall_s"], abs=2e-6)
+    assert budgeted["disk_out_bytes"] == kept["disk_out_bytes"] > 0
+    assert doc["moved_bytes"] == kept["moved_bytes"]
+    # The table's run, too: its disk line whichever repeat was kept.
+    p = run("demo", "--steps", "8", "--repeat", "2", "--host-budget",
+            "quarter", timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "disk (host budget 5.00 MiB): wrote" in p.stdout, p.stdout
+
+
 def test_demo_advice_moves_less():
     """The backward pass advises each consumed activation cold: at the turn
     the consumed ones go (one copy out each) instead of those still to come

@@ -63,6 +63,123 @@ def test_records_events_and_tracebacks():
     assert sw.memory_info().in_use == in_use
 
 
+TOTALS = ("in_use", "cached", "spilled", "host_copies", "spilled_disk")
+
+
+def replay(events):
+    """Each event with the five totals replayed up to it, from the effects
+    docs/memory-history.md's table gives each kind."""
+    t = {}
+    for e in events:
+        kind, n, aux = e["kind"], e["size"], e["aux"]
+        if kind == "start":
+            t = {f: e[f] for f in TOTALS}
+        elif kind == "alloc":
+            t["in_use"] += n
+        elif kind == "free":
+            t["spilled" if aux else "in_use"] -= n
+        elif kind in ("cache_hit", "cache_trim"):
+            t["cached"] -= n
+        elif kind == "cache_put":
+            t["cached"] += n
+        elif kind == "spill_begin":
+            t["in_use"] -= n
+            t["spilled"] += n
+            if aux == 3:
+                t["host_copies"] -= n
+            elif aux == 4:
+                t["spilled_disk"] += n
+        elif kind == "restore_begin":
+            t["spilled"] -= n
+            t["in_use"] += n
+            t["host_copies"] += n
+        elif kind == "host_copy_drop":
+            t["host_copies"] -= n
+        elif kind == "disk_write" and aux == 2:
+            t["host_copies"] -= n  # a clean copy's: it stays on the device
+        elif kind == "disk_write":
+            t["spilled_disk"] += n
+        elif kind in ("disk_read", "disk_drop"):
+            t["spilled_disk"] -= n
+        yield e, dict(t)
+
+
+@pytest.mark.spills
+def test_history_replays_every_total(dev, tmp_path, monkeypatch):
+    """Event by event, the five totals every event carries follow from the
+    kinds' documented effects, through clean copies, the disk tier, a
+    prefetch and frees of a clean copy, of an array on disk and of one
+    spilled to host memory."""
+    import numpy as np
+    monkeypatch.setenv("SPILLWAY_SPILL_DIR", str(tmp_path))
+    n = 1 << 16  # float32: 256 KiB
+
+    def spill_all():
+        sw.set_memory_budget(1, dev)
+        sw.set_memory_budget(None, dev)
+
+    try:
+        with sw.memory_history(device=dev) as h:
+            t = sw.empty(n, device=dev)
+            del t
+            t = sw.empty(n, device=dev)  # from the cache
+            del t
+            sw.empty_cache(dev)
+            a, b, c, d = (sw.asarray(np.arange(n, dtype=np.float32) + i,
+                                     device=dev) for i in range(4))
+            spill_all()
+            for x in (a, b, c, d):
+                float(x.sum())  # back to be read: clean copies
+            del x
+            del a  # a clean copy freed
+            c *= 2.0  # written: its host copy goes
+            spill_all()  # b and d evicted clean, c copied out
+            float(d.sum())
+            sw.set_host_budget(1, dev)  # b, c and d's clean copy to disk
+            del b  # on disk, freed
+            c.prefetch()  # from disk, ahead of its use
+            sw.synchronize(dev)
+            sw.set_host_budget(None, dev)
+            spill_all()  # c evicted clean, d evicted to its copy on disk
+            float(d.sum())  # back from disk
+            d *= 2.0  # written
+            spill_all()  # d copied out
+            sw.synchronize(dev)
+            del d  # spilled to host memory, freed
+            sw.synchronize(dev)
+        stats = sw.memory_stats(dev)
+        np.testing.assert_array_equal(
+            c.numpy(), 2 * (np.arange(n, dtype=np.float32) + 2))
+    finally:
+        sw.set_host_budget(None, dev)
+        sw.set_memory_budget(None, dev)
+    del c
+    events, dropped = h.events()
+    assert dropped == 0
+    kinds = {e["kind"] for e in events}
+    for k in ("alloc", "free", "cache_hit", "cache_put", "cache_trim",
+              "spill_begin", "restore_begin", "host_copy_drop", "prefetch",
+              "host_budget", "disk_write", "disk_read", "disk_drop"):
+        assert k in kinds, k
+    pairs = list(zip(events, events[1:]))
+    assert any(e["kind"] == "host_copy_drop" and f["kind"] == "free" and
+               e["buffer"] == f["buffer"] and f["aux"] == 0
+               for e, f in pairs)  # the clean copy freed
+    assert any(e["kind"] == "disk_drop" and f["kind"] == "free" and
+               e["buffer"] == f["buffer"] and f["aux"] == 1
+               for e, f in pairs)  # the array on disk freed
+    for kind, aux in (("spill_begin", 3), ("spill_begin", 4),
+                      ("disk_write", 2)):
+        assert any(e["kind"] == kind and e["aux"] == aux for e in events), \
+            (kind, aux)
+    assert any(e["kind"] == "free" and e["aux"] == 1 and
+               p["kind"] != "disk_drop" for p, e in pairs)  # d freed
+    for e, t in replay(events):
+        assert {f: e[f] for f in TOTALS} == t, (e["seq"], e["kind"],
+                                                e["aux"])
+    assert {f: stats[f] for f in TOTALS} == t
+
+
 def test_without_stacks_and_stopping():
     h = sw.memory_history(stacks=False, max_entries=128)
     a = sw.empty(1000)

@@ -12,15 +12,16 @@
  * plus the time memcpy takes for the bytes moved.  1.0 means spilling
  * costs exactly its copies; below 1.0, copies were hidden behind compute.
  * Each run is repeated (--repeat; by default 3 times, and up to 9 while
- * all of them have taken less than a second), alternating, and the
- * fastest is kept, so that both are warmed the same way; before each, the
- * device memory it can hold (the live set, or its budget) is allocated,
- * touched and left in the cache (demo_prewarm), so that neither pays for
- * first touches the other does not.  memcpy's speed is the best of passes
- * spread over the runs (memcpy_meter).  --sweep prints it for
- * several lengths and budgets in one table; --json prints the figures as
- * one JSON object; --trace DIR records each run's memory history there
- * (and draws it, when the Python package and matplotlib are at hand).
+ * all of them have taken less than a second), alternating, each repeat
+ * under its run's budgets (the host budget too), and the fastest is kept,
+ * so that both are warmed the same way; before each, the device memory it
+ * can hold (the live set, or its budget) is allocated, touched and left
+ * in the cache (demo_prewarm), so that neither pays for first touches the
+ * other does not.  memcpy's speed is the best of passes spread over the
+ * runs (memcpy_meter).  --sweep prints it for several lengths and budgets
+ * in one table; --json prints the figures as one JSON object (each
+ * repeat's too); --trace DIR records each run's memory history there (and
+ * draws it, when the Python package and matplotlib are at hand).
  */
 /* clock_gettime, fork and waitpid are POSIX, not C11. */
 #define _POSIX_C_SOURCE 200809L
@@ -54,6 +55,16 @@ typedef struct {
 
 /* When printing JSON, nothing else goes to stdout. */
 static bool quiet;
+
+/* Each repeat of each run of the last run_pair, for --json: what it ran
+ * under and what it did (the figures printed are the fastest repeat's). */
+typedef struct {
+    double wall_s;
+    uint64_t host_budget, moved, disk_out, disk_in;
+} demo_rep;
+#define DEMO_REPS_MAX 100 /* --repeat's bound, over DEMO_AUTO_REPEAT_MAX */
+static demo_rep reps[2][DEMO_REPS_MAX];
+static size_t nreps[2];
 
 /* ------------------------------------------------------------------------
  * Setup and plan
@@ -442,6 +453,7 @@ static int run_pair(demo_pipeline *p, demo_run r[2], const demo_opts *d,
         return 1;
     }
     int rc = 0;
+    nreps[0] = nreps[1] = 0;
     /* Without --repeat: 3 pairs, and more (at most DEMO_AUTO_REPEAT_MAX)
      * until the pairs have taken DEMO_AUTO_REPEAT_S: a 32-step run takes
      * ~0.1 s here, and the fastest of 3 such runs still moved by 0.15 in
@@ -456,7 +468,9 @@ static int run_pair(demo_pipeline *p, demo_run r[2], const demo_opts *d,
         for (int i = 0; rc == 0 && i < 2; i++) {
             bool first = rep == 0;
             demo_run *dst = first ? &r[i] : &t;
+            /* Every repeat under the run's budgets, the host's too. */
             dst->budget = r[i].budget;
+            dst->host_budget = r[i].host_budget;
             if (show && first)
                 printf(i == 0 ? "\nrun 1: no budget, on a device that holds "
                                 "the live set\n"
@@ -467,6 +481,11 @@ static int run_pair(demo_pipeline *p, demo_run r[2], const demo_opts *d,
                  (first && trace_end(d, p->dev, i + 1));
             if (rc == 0)
                 spent += dst->wall_s;
+            if (rc == 0 && nreps[i] < DEMO_REPS_MAX)
+                reps[i][nreps[i]++] = (demo_rep){
+                    dst->wall_s, dst->host_budget,
+                    dst->out_bytes + dst->in_bytes, dst->disk_out_bytes,
+                    dst->disk_in_bytes};
             if (rc == 0 && !first) {
                 rc = compare_runs(p, &r[0], &t);
                 if (t.wall_s < r[i].wall_s) { /* keep the fastest */
@@ -506,17 +525,26 @@ static void print_json(const demo_pipeline *p, const demo_run r[2],
            "\"runs\":[",
            sw_device_name(p->dev), p->steps, p->bytes, demo_live_bytes(p),
            rate);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         printf("%s{\"budget\":%" PRIu64 ",\"wall_s\":%.6f,\"peak\":%" PRIu64
                ",\"spills\":%" PRIu64 ",\"restores\":%" PRIu64
                ",\"out_bytes\":%" PRIu64 ",\"in_bytes\":%" PRIu64
                ",\"out_s\":%.6f,\"in_s\":%.6f,\"host_budget\":%" PRIu64
                ",\"disk_out_bytes\":%" PRIu64 ",\"disk_in_bytes\":%" PRIu64
-               ",\"disk_out_s\":%.6f,\"disk_in_s\":%.6f}",
+               ",\"disk_out_s\":%.6f,\"disk_in_s\":%.6f,\"repeats\":[",
                i ? "," : "", r[i].budget, r[i].wall_s, r[i].peak, r[i].spills,
                r[i].restores, r[i].out_bytes, r[i].in_bytes, r[i].out_s,
                r[i].in_s, r[i].host_budget, r[i].disk_out_bytes,
                r[i].disk_in_bytes, r[i].disk_out_s, r[i].disk_in_s);
+        for (size_t k = 0; k < nreps[i]; k++)
+            printf("%s{\"wall_s\":%.6f,\"host_budget\":%" PRIu64
+                   ",\"moved_bytes\":%" PRIu64 ",\"disk_out_bytes\":%" PRIu64
+                   ",\"disk_in_bytes\":%" PRIu64 "}",
+                   k ? "," : "", reps[i][k].wall_s, reps[i][k].host_budget,
+                   reps[i][k].moved, reps[i][k].disk_out,
+                   reps[i][k].disk_in);
+        printf("]}");
+    }
     printf("],\"slowdown\":%.4f,\"ratio\":%.4f,\"moved_bytes\":%" PRIu64
            ",\"floor_bytes\":%" PRIu64 ",\"moved_over_floor\":%.4f,"
            "\"plain_disk_write_bytes_per_s\":%.0f,"
@@ -525,56 +553,6 @@ static void print_json(const demo_pipeline *p, const demo_run r[2],
            cost_ratio(&r[0], &r[1], rate), r[1].out_bytes + r[1].in_bytes,
            moved_floor(p, r[1].budget), moved_over_floor(p, &r[1]), wbps,
            rbps);
-}
-
-/* A plain pwrite and pread of `total` bytes in `chunk`-byte pieces to a
- * file in the spill directory (as the disk tier's, unlinked at once),
- * from and into `nbuf` buffers in turn, touched before (the disk tier's
- * host blocks are a pool of as many: one hot buffer would measure the
- * CPU's cache, not the file): the bandwidths the disk tier is measured
- * against, in bytes per second; 0 where the file cannot be had. */
-static void plain_disk(size_t chunk, uint64_t total, size_t nbuf,
-                       double *wbps, double *rbps)
-{
-    *wbps = *rbps = 0;
-    const char *dir = getenv("SPILLWAY_SPILL_DIR");
-    if (dir == NULL || dir[0] == '\0')
-        dir = getenv("TMPDIR");
-    if (dir == NULL || dir[0] == '\0')
-        dir = "/tmp";
-    char path[4096];
-    snprintf(path, sizeof path, "%s/spillway-demo-XXXXXX", dir);
-    int fd = mkstemp(path);
-    if (nbuf < 2)
-        nbuf = 2;
-    if (nbuf > 64)
-        nbuf = 64;
-    char *buf = malloc(chunk * nbuf);
-    if (fd < 0 || buf == NULL) {
-        if (fd >= 0)
-            close(fd);
-        free(buf);
-        return;
-    }
-    unlink(path);
-    memset(buf, 0x5A, chunk * nbuf);
-    size_t n = (size_t)((total + chunk - 1) / chunk);
-    bool ok = true;
-    double t0 = now_s();
-    for (size_t i = 0; i < n && ok; i++)
-        ok = pwrite(fd, buf + (i % nbuf) * chunk, chunk,
-                    (off_t)(i * chunk)) == (ssize_t)chunk;
-    double t1 = now_s();
-    for (size_t i = 0; i < n && ok; i++)
-        ok = pread(fd, buf + (i % nbuf) * chunk, chunk,
-                   (off_t)(i * chunk)) == (ssize_t)chunk;
-    double t2 = now_s();
-    close(fd);
-    free(buf);
-    if (ok && t1 > t0 && t2 > t1) {
-        *wbps = (double)n * (double)chunk / (t1 - t0);
-        *rbps = (double)n * (double)chunk / (t2 - t1);
-    }
 }
 
 /* Run 2's disk traffic against a plain pwrite/pread of the same sizes. */
@@ -624,14 +602,14 @@ static int demo_runs(demo_pipeline *p, demo_run r[2], const demo_opts *d)
                               : p->bytes;
     size_t nbuf = (size_t)(r[1].host_budget / p->bytes);
     if (r[1].host_budget != 0)
-        plain_disk(p->bytes, disk_total, nbuf, &wbps, &rbps);
+        demo_plain_disk(p->bytes, disk_total, nbuf, &wbps, &rbps);
     int rc = run_pair(p, r, d, &m, !quiet);
     double rate = m.best;
     meter_destroy(&m);
     if (rc)
         return 1;
     if (r[1].host_budget != 0) {
-        plain_disk(p->bytes, r[1].disk_out_bytes > 0 ? r[1].disk_out_bytes
+        demo_plain_disk(p->bytes, r[1].disk_out_bytes > 0 ? r[1].disk_out_bytes
                                                      : disk_total,
                    nbuf, &w2, &r2);
         wbps = w2 > wbps ? w2 : wbps;

@@ -1,7 +1,8 @@
 /*
  * demo_workload.c -- the pipeline of `spillway demo` (see demo_workload.h):
  * its arrays, the forward and backward steps, one measured run, the hashes
- * of its outputs.  Public API only, no printing.
+ * of its outputs; and the plain file I/O its disk tier is measured
+ * against.  Public API only, no printing.
  */
 /* clock_gettime is POSIX, not C11. */
 #define _POSIX_C_SOURCE 200809L
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------
  * Failures: the caller prints them, so note what failed and pass the code
@@ -363,4 +365,52 @@ int demo_warm_up(demo_pipeline *p)
     DEMO_TRY_OR_RETURN(p, sw_empty_cache(p->dev));
     DEMO_TRY_OR_RETURN(p, sw_device_synchronize(p->dev));
     return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * The disk tier's yardstick
+ * ---------------------------------------------------------------------- */
+
+void demo_plain_disk(size_t chunk, uint64_t total, size_t nbuf,
+                       double *wbps, double *rbps)
+{
+    *wbps = *rbps = 0;
+    const char *dir = getenv("SPILLWAY_SPILL_DIR");
+    if (dir == NULL || dir[0] == '\0')
+        dir = getenv("TMPDIR");
+    if (dir == NULL || dir[0] == '\0')
+        dir = "/tmp";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/spillway-demo-XXXXXX", dir);
+    int fd = mkstemp(path);
+    if (nbuf < 2)
+        nbuf = 2;
+    if (nbuf > 64)
+        nbuf = 64;
+    char *buf = malloc(chunk * nbuf);
+    if (fd < 0 || buf == NULL) {
+        if (fd >= 0)
+            close(fd);
+        free(buf);
+        return;
+    }
+    unlink(path);
+    memset(buf, 0x5A, chunk * nbuf);
+    size_t n = (size_t)((total + chunk - 1) / chunk);
+    bool ok = true;
+    double t0 = now_seconds();
+    for (size_t i = 0; i < n && ok; i++)
+        ok = pwrite(fd, buf + (i % nbuf) * chunk, chunk,
+                    (off_t)(i * chunk)) == (ssize_t)chunk;
+    double t1 = now_seconds();
+    for (size_t i = 0; i < n && ok; i++)
+        ok = pread(fd, buf + (i % nbuf) * chunk, chunk,
+                   (off_t)(i * chunk)) == (ssize_t)chunk;
+    double t2 = now_seconds();
+    close(fd);
+    free(buf);
+    if (ok && t1 > t0 && t2 > t1) {
+        *wbps = (double)n * (double)chunk / (t1 - t0);
+        *rbps = (double)n * (double)chunk / (t2 - t1);
+    }
 }

@@ -123,4 +123,13 @@ int demo_run_pipeline(demo_pipeline *p, demo_run *r, demo_step_fn on_step,
 /* Free x[] and acc (those allocated). */
 void demo_free_arrays(demo_pipeline *p);
 
+/* A plain pwrite and pread of `total` bytes in `chunk`-byte pieces to a
+ * file in the spill directory (as the disk tier's, unlinked at once),
+ * from and into `nbuf` buffers in turn, touched before (the disk tier's
+ * host blocks are a pool of as many: one hot buffer would measure the
+ * CPU's cache, not the file): the bandwidths the disk tier is measured
+ * against, in bytes per second; 0 where the file cannot be had. */
+void demo_plain_disk(size_t chunk, uint64_t total, size_t nbuf,
+                     double *wbps, double *rbps);
+
 #endif /* SPILLWAY_TOOLS_DEMO_WORKLOAD_H */
