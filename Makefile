@@ -319,8 +319,9 @@ fuzz: build-fuzz-all
 	  -max_len=4096 $(if $(filter-out 1,$(FUZZ_JOBS)),-jobs=$(FUZZ_JOBS) -workers=$(FUZZ_JOBS))
 
 # The fuzzer across every device and variant here, FUZZ_CAMPAIGN_TIME
-# seconds each (13 configurations, FUZZ_CAMPAIGN_JOBS at once), and a table
-# of what each ran and found (scripts/fuzz-campaign.sh).
+# seconds each (18 configurations, FUZZ_CAMPAIGN_JOBS at once), and a table
+# of what each ran and found (scripts/fuzz-campaign.sh).  FUZZ_CAMPAIGN_CPU=N
+# runs each for N CPU seconds instead, in pieces of FUZZ_CAMPAIGN_TIME.
 FUZZ_CAMPAIGN_TIME ?= 300
 FUZZ_CAMPAIGN_JOBS ?= 2
 fuzz-campaign: build-all build-fuzz-all
