@@ -37,6 +37,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
@@ -288,8 +289,13 @@ class Run {
             if (o.span.block != nullptr)
                 o.pin = pins_.add(o.span.block, written(o.impl));
         pins_.pin(index_, schema_.name().c_str());
-        make_aliases();
         {
+            /* The CPU twins are inference tensors (no version counter, no
+             * autograd state: they never reach autograd, which ran above
+             * this kernel), and so are the kernel's CPU outputs; the
+             * spillway tensors made of them after this block are not. */
+            c10::InferenceMode inference;
+            make_aliases();
             CaptureScope capture(index_);
             try {
                 op_.redispatchBoxed(kCpuKeys, stack_);

@@ -79,11 +79,7 @@ extern const sw_py_c_api *api;
  * storage method, a destructor run by Python, keep it). */
 class NoGil {
   public:
-    NoGil()
-        : state_(Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread()
-                                                          : nullptr)
-    {
-    }
+    NoGil() : state_(holds_gil() ? PyEval_SaveThread() : nullptr) {}
     ~NoGil()
     {
         if (state_ != nullptr)
@@ -93,6 +89,19 @@ class NoGil {
     NoGil &operator=(const NoGil &) = delete;
 
   private:
+    /* From 3.13 the current thread state (PyThreadState_GetUnchecked) is
+     * this thread's, set exactly while it holds the GIL: one thread-local
+     * read, where PyGILState_Check costs a lookup (this runs twice or more
+     * in every op).  In 3.11 it is the state of whichever thread holds the
+     * GIL, which says nothing of this one. */
+    static bool holds_gil()
+    {
+#if PY_VERSION_HEX >= 0x030D0000
+        return PyThreadState_GetUnchecked() != nullptr;
+#else
+        return Py_IsInitialized() && PyGILState_Check();
+#endif
+    }
     PyThreadState *state_;
 };
 
