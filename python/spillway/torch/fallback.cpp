@@ -169,7 +169,7 @@ struct CaptureAllocator final : public c10::Allocator {
     {
         c10::DeviceIndex index = t_capture;
         if (index < 0 || n < kCaptureMin) {
-                /* The base's DataPtr as it is: its own deleter frees it
+            /* The base's DataPtr as it is: its own deleter frees it
              * (raw_deallocate's goes through capture_delete, which hands
              * what it does not know to the base). */
             return g_cpu_base->allocate(n);
