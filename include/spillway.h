@@ -368,6 +368,21 @@ SW_API int sw_empty_cache(sw_device *dev);
  * or 1 GiB; a block holding spilled data counts in `spilled`. */
 SW_API int sw_set_host_pool_limit(sw_device *dev, uint64_t bytes);
 
+/* New memory cleared on request.  With it on (1), every buffer
+ * sw_buffer_alloc hands out -- fresh from the driver or reused from the
+ * cache -- reads as zeros until written, on every backend: a fill is
+ * queued on the device's default queue before the buffer's first use, in
+ * stream order (work on another queue waits for it as for any earlier
+ * work on the buffer), never a host wait.  Without it a block reused from
+ * the cache holds its last owner's bytes, which the next owner can read:
+ * turn it on where buffers cross trust boundaries, or for determinism.
+ * Restores need no clearing (their copy writes every byte), and wrapped
+ * memory (sw_buffer_wrap) is the caller's.  Off by default;
+ * $SPILLWAY_CLEAR_NEW=1 (or 0; on/off, yes/no, true/false) sets it at
+ * open.  on must be 0 or 1. */
+SW_API int sw_set_clear_new(sw_device *dev, int on);
+SW_API int sw_get_clear_new(sw_device *dev, int *on);
+
 /* A bound on the host memory spillway holds for the device: spilled
  * copies, clean copies (host_copies) and the idle staging pool.  Past it
  * the host blocks of clean copies the file below already holds go first,

@@ -7,6 +7,8 @@
  */
 #include "device.h"
 
+#include <string.h>
+
 /* ------------------------------------------------------------------------
  * memory_peak(): a context manager over a peak scope
  * ---------------------------------------------------------------------- */
@@ -382,6 +384,63 @@ static PyObject *mod_get_memory_budget(PyObject *m, PyObject *const *args,
     return PyLong_FromUnsignedLongLong(bytes);
 }
 
+/* set_clear_new(on, device=None): every new buffer reads as zeros until
+ * written (sw_set_clear_new).  A switch takes True or False (a NumPy bool,
+ * 0 or 1 too); anything else is a TypeError, not a truth value. */
+static PyObject *mod_set_clear_new(PyObject *m, PyObject *const *args,
+                                   Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"on", "device"};
+    PyObject *v[2];
+    if (sw_py_parse_args("set_clear_new", args, nargs, kwnames, names, 2, 2,
+                         1, v) < 0)
+        return NULL;
+    sw_py_state *st = sw_py_module_state(m);
+    int on;
+    const char *tn = Py_TYPE(v[0])->tp_name;
+    if (PyBool_Check(v[0]) || strcmp(tn, "numpy.bool") == 0 ||
+        strcmp(tn, "numpy.bool_") == 0) {
+        on = PyObject_IsTrue(v[0]);
+        if (on < 0)
+            return NULL;
+    } else if (PyLong_CheckExact(v[0])) {
+        long x = PyLong_AsLong(v[0]);
+        if (x == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        if (x != 0 && x != 1)
+            return PyErr_Format(PyExc_ValueError, "set_clear_new(): on must "
+                                "be True or False, not %R", v[0]);
+        on = (int)x;
+    } else {
+        return PyErr_Format(PyExc_TypeError, "set_clear_new(): on must be "
+                            "True or False, not %.80s", tn);
+    }
+    DeviceObject *d = sw_py_resolve_device(st, v[1]);
+    if (d == NULL)
+        return NULL;
+    int rc;
+    SW_PY_DEVICE_CALL(d, rc, sw_set_clear_new(dev_, on));
+    Py_DECREF(d);
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_get_clear_new(PyObject *m, PyObject *const *args,
+                                   Py_ssize_t nargs, PyObject *kwnames)
+{
+    sw_py_state *st = sw_py_module_state(m);
+    DeviceObject *d = device_arg(m, "get_clear_new", args, nargs, kwnames);
+    if (d == NULL)
+        return NULL;
+    int on = 0, rc;
+    SW_PY_DEVICE_CALL(d, rc, sw_get_clear_new(dev_, &on));
+    Py_DECREF(d);
+    if (rc != SW_OK)
+        return sw_py_raise(st, rc);
+    return PyBool_FromLong(on);
+}
+
 static PyObject *mod_set_memory_budget(PyObject *m, PyObject *const *args,
                                        Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -454,6 +513,16 @@ static PyMethodDef accounting_methods[] = {
            "since their one restore go first, however recent, then the "
            "least recently used.  A budget below what is held now spills at "
            "once."),
+    FASTKW("set_clear_new", mod_set_clear_new,
+           "set_clear_new(on, device=None)\n--\n\nWith on True, every new "
+           "array or buffer of the device -- fresh from the driver or "
+           "reused from spillway's cache -- reads as zeros until written: "
+           "a fill queued before its first use, never a wait (a reused "
+           "block otherwise holds its last owner's bytes).  "
+           "$SPILLWAY_CLEAR_NEW=1 sets it at open."),
+    FASTKW("get_clear_new", mod_get_clear_new,
+           "get_clear_new(device=None)\n--\n\nWhether new buffers of the "
+           "device are cleared (set_clear_new)."),
     FASTKW("get_memory_budget", mod_get_memory_budget,
            "get_memory_budget(device=None)\n--\n\nThe budget in bytes, or "
            "None."),

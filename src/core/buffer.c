@@ -201,7 +201,8 @@ SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
     }
     uintptr_t mem = 0;
     if (rounded > 0) {
-        rc = sw__obtain_locked(dev, size, rounded, tag, &mem, NULL);
+        bool from_cache = false;
+        rc = sw__obtain_locked(dev, size, rounded, tag, &mem, &from_cache);
         if (rc != SW_OK) {
             dev->ooms++;
             if (rc == SW_ERR_OOM && dev->tracing)
@@ -209,6 +210,24 @@ SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
             sw__unlock(dev);
             sw__pool_put(&sw__buf_pool, b);
             return rc;
+        }
+        /* New memory cleared: a fill on the default queue, after whatever
+         * the block's last owner queued there (the cache hands a block out
+         * for work queued later on it) and before any use -- another
+         * queue's first use of a new buffer waits for the default queue
+         * (sw__order_use_locked).  No host wait. */
+        if (dev->clear_new) {
+            static const unsigned char zero = 0;
+            rc = sw__b_fill(dev, mem, 0, rounded, &zero, 1);
+            if (rc != SW_OK) { /* the block goes back where it came from */
+                if (from_cache)
+                    sw__cache_put_locked(dev, mem, rounded);
+                else
+                    (void)sw__b_free(dev, mem, rounded);
+                sw__unlock(dev);
+                sw__pool_put(&sw__buf_pool, b);
+                return rc;
+            }
         }
     }
     atomic_store_explicit(&b->h.dev, dev, memory_order_release);
@@ -223,6 +242,32 @@ SW_API int sw_buffer_alloc(sw_device *dev, size_t size, const char *tag,
     sw__note_in_use_locked(dev, rounded);
     SW__TRACE(dev, SW_TRACE_ALLOC, b, rounded, 0, 0);
     *out = sw__buf_handle(b);
+    sw__unlock(dev);
+    return SW_OK;
+}
+
+SW_API int sw_set_clear_new(sw_device *dev, int on)
+{
+    if (on != 0 && on != 1)
+        return sw__errorf(SW_ERR_INVALID_ARG, "clear_new is %d: 1 clears "
+                          "every new buffer, 0 does not", on);
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    dev->clear_new = on != 0;
+    sw__unlock(dev);
+    return SW_OK;
+}
+
+SW_API int sw_get_clear_new(sw_device *dev, int *on)
+{
+    if (on == NULL)
+        return sw__errorf(SW_ERR_INVALID_ARG, "on is NULL");
+    *on = 0;
+    int rc = sw__device_enter(dev);
+    if (rc != SW_OK)
+        return rc;
+    *on = dev->clear_new;
     sw__unlock(dev);
     return SW_OK;
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------
@@ -389,6 +390,25 @@ static int parse_spec(const char *spec, size_t *backend, int *index)
 
 /* A new opening's state: everything from `b` on (internal.h), zeroed
  * whole.  Closing gave back what the last opening held. */
+/* An on/off environment variable: 1/0, on/off, yes/no, true/false. */
+static int parse_switch(const char *name, const char *v, bool *on)
+{
+    static const char *const yes[] = {"1", "on", "yes", "true"};
+    static const char *const no[] = {"0", "off", "no", "false"};
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) {
+        if (strcasecmp(v, yes[i]) == 0) {
+            *on = true;
+            return SW_OK;
+        }
+        if (strcasecmp(v, no[i]) == 0) {
+            *on = false;
+            return SW_OK;
+        }
+    }
+    return sw__errorf(SW_ERR_INVALID_ARG, "%s='%.60s' is neither on nor "
+                      "off (expected 1 or 0)", name, v);
+}
+
 static void reset_state(sw_device *dev)
 {
     char *first = (char *)&dev->b;
@@ -479,6 +499,12 @@ static int open_registered(const char *spec, size_t bi, int index,
     if (hb != NULL && hb[0] != '\0' &&
         (rc = parse_host_budget(hb, &host_budget)) != SW_OK)
         return rc;
+    /* New memory cleared (sw_set_clear_new), read at open. */
+    bool clear_new = false;
+    const char *cn = getenv("SPILLWAY_CLEAR_NEW");
+    if (cn != NULL && cn[0] != '\0' &&
+        (rc = parse_switch("SPILLWAY_CLEAR_NEW", cn, &clear_new)) != SW_OK)
+        return rc;
     sw__bdev *b = NULL;
     sw__device_props props;
     memset(&props, 0, sizeof props);
@@ -498,6 +524,7 @@ static int open_registered(const char *spec, size_t bi, int index,
     dev->copyq = sw__b_copy_queue(dev);
     dev->hpool.limit = host_pool_limit;
     dev->host_budget = host_budget;
+    dev->clear_new = clear_new;
     dev->refs = 1;
     sw__unlock(dev);
     *out = dev;

@@ -330,6 +330,8 @@ struct sw_device {
     /* The disk tier (disk.c): the host budget (0: none), the spill file
      * (0 until first needed) and its next offset, and the figures. */
     uint64_t host_budget;
+    /* sw_set_clear_new: every new buffer reads as zeros until written. */
+    bool clear_new;
     int disk_fd;
     uint64_t disk_end;
     uint64_t spilled_disk; /* alloc sizes of the bases on disk */

@@ -33,6 +33,11 @@
     X(diskcopy_read_back_moves_once)                                          \
     X(diskcopy_written_copy_goes_again)                                       \
     X(diskcopy_clean_write_fails)                                             \
+    /* test-clearnew.c */                                                     \
+    X(clearnew_reused_block_reads_zeros)                                      \
+    X(clearnew_another_queue_sees_zeros)                                      \
+    X(clearnew_bad_input)                                                     \
+    X(thread_clearnew)                                                        \
     /* test-clean.c */                                                        \
     X(clean_evicted_twice_moves_once)                                         \
     X(clean_every_write_dirties)                                              \
