@@ -299,8 +299,13 @@ build-fuzz-all: | system
 
 # --- run --------------------------------------------------------------------
 
+# The slowest builds -- the free-threaded interpreters, the torch wheel --
+# go on in the background while the first suites run on one core
+# (scripts/prepare-suites.sh); their suites wait for them.
 test: build-all build-fuzz-all
-	@SW_SUITES="$(SUITES)" scripts/run-suites.sh $(ALL_SUITES)
+	@MESON_OPTS="$(MESON_OPTS)" scripts/prepare-suites.sh $(SUITES) & prep=$$!; \
+	SW_SUITES="$(SUITES)" scripts/run-suites.sh $(ALL_SUITES); rc=$$?; \
+	wait $$prep; exit $$rc
 
 # Open-ended fuzzing: until interrupted, or FUZZ_TIME seconds.  New inputs
 # go to tests/fuzz/corpus/TARGET/ (not committed; the seeds are

@@ -23,6 +23,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 BUILD=${1:?usage: ft-build.sh BUILD [MESON OPTIONS...]}
 shift
+# One at a time per BUILD: `make test` prepares it in the background
+# (scripts/prepare-suites.sh) while the suite that needs it may already be
+# asking; the second waits, then finds everything built.
+exec 9>"$BUILD.lock"
+flock 9
 if [[ "${FT_TSAN:-0}" == 1 ]]; then
     PY=$(PYTHON_FT_TSAN=1 scripts/python-ft.sh | tail -n 1)
     VENV=.venv-ft-tsan
@@ -45,7 +50,11 @@ if [[ ! -x $VENV/bin/python || "$(cat "$VENV/.stamp" 2>/dev/null)" != "$want" ]]
     echo "$want" >"$VENV/.stamp"
 fi
 
-# 3. The build.
+# 3. The build.  The venv's ninja first on PATH: meson's reconfigure runs
+# the ninja it finds there, and one of another version rewrites the build
+# log, which the venv's ninja then discards -- rebuilding everything (a
+# minute or two) at every call.
+export PATH="$PWD/$VENV/bin:$PATH"
 mkdir -p "$BUILD"
 # shellcheck disable=SC2086 # MESON_OPTS is a list of options
 MESON=$VENV/bin/meson scripts/configure.sh "$BUILD" -Dpython=enabled \

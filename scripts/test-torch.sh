@@ -32,6 +32,17 @@ TORCH_PIN=$(grep -E '^torch==' "$REQ")
 
 say() { echo "test-torch: $*"; }
 
+# --prepare: the venv and build-torch/ only (scripts/prepare-suites.sh runs
+# it in the background while other suites run); the suite itself then
+# finds them built.  One at a time: build-torch.lock.
+PREPARE=0
+if [[ ${1:-} == --prepare ]]; then
+    PREPARE=1
+    shift
+fi
+exec 9>"$ROOT/build-torch.lock"
+flock 9
+
 # 1. The venv.
 if [[ ! -f $STAMP || $REQ -nt $STAMP ]]; then
     if [[ -e $VENV ]] && ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
@@ -75,6 +86,10 @@ if ! "$VENV/bin/python" -m pip wheel --disable-pip-version-check -q \
 fi
 WHEEL=$(ls "$WORK"/wheel/spillway-*.whl)
 say "wheel $(basename "$WHEEL") ($((SECONDS - t0)) s)"
+if ((PREPARE)); then
+    exit 0
+fi
+flock -u 9
 
 # 3. Installed over the previous one.
 "$VENV/bin/python" -m pip install --disable-pip-version-check -q \
