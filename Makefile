@@ -89,17 +89,6 @@ ASAN_PRELOAD = $$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=l
 ALL_SUITES += python    '$(call PY_BUILT,build) $(call PY_SUITE,SPILLWAY_BUILD_DIR=build)'
 ALL_SUITES += python-asan '$(call PY_BUILT,build-asan) $(call PY_SUITE,SPILLWAY_BUILD_DIR=build-asan LD_PRELOAD="$(ASAN_PRELOAD)" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)'
 ALL_SUITES += python-opencl '$(call PY_BUILT,build) scripts/if-device.sh opencl:0 $(call PY_SUITE,SPILLWAY_BUILD_DIR=build SPILLWAY_DEVICE=opencl:0)'
-# Free-threaded CPython 3.13t (scripts/test-python-ft.sh): the interpreter,
-# built once from Debian trixie's source package into .python-ft/ (about
-# 3.5 CPU-minutes, then reused), a venv of it, build-ft/, and the Python
-# suite with the GIL checked off after `import spillway` and at the end.
-ALL_SUITES += python-ft 'MESON_OPTS="$(MESON_OPTS)" scripts/test-python-ft.sh'
-# The same under ThreadSanitizer: a second interpreter built
-# --with-thread-sanitizer (.python-ft-tsan/, about 5.5 CPU-minutes, 10.5
-# minutes of wall time on 2 cores, once), build-ft-tsan/ with
-# -Db_sanitize=thread, and the tests where threads share spillway objects;
-# a report fails the suite (CPython's own suppression list only).
-ALL_SUITES += python-ft-tsan 'FT_TSAN=1 MESON_OPTS="$(MESON_OPTS)" scripts/test-python-ft.sh'
 # The command-line program (tests/cli): build/spillway run as a user would.
 ALL_SUITES += cli       'SPILLWAY_BUILD_DIR=build $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/cli'
 # The installed package (scripts/test-installed.sh): the sdist, a wheel
@@ -188,6 +177,19 @@ ALL_SUITES += fuzz-jitter-mt 'SPILLWAY_SIM_JITTER=50 FUZZ_DEVICES=sim:0,sim:1 $(
 # build folder), installed, and tests/torch run against it from an empty
 # folder.  "not run" where torch 2.13.0 is not on the machine's disk.
 ALL_SUITES += torch     'scripts/test-torch.sh'
+# Free-threaded CPython 3.13t (scripts/test-python-ft.sh), late in the
+# list: its interpreters build in the background from the start
+# (scripts/prepare-suites.sh), about 15 minutes of one core.  The interpreter,
+# built once from Debian trixie's source package into .python-ft/ (about
+# 3.5 CPU-minutes, then reused), a venv of it, build-ft/, and the Python
+# suite with the GIL checked off after `import spillway` and at the end.
+ALL_SUITES += python-ft 'MESON_OPTS="$(MESON_OPTS)" scripts/test-python-ft.sh'
+# The same under ThreadSanitizer: a second interpreter built
+# --with-thread-sanitizer (.python-ft-tsan/, about 5.5 CPU-minutes, 10.5
+# minutes of wall time on 2 cores, once), build-ft-tsan/ with
+# -Db_sanitize=thread, and the tests where threads share spillway objects;
+# a report fails the suite (CPython's own suppression list only).
+ALL_SUITES += python-ft-tsan 'FT_TSAN=1 MESON_OPTS="$(MESON_OPTS)" scripts/test-python-ft.sh'
 # The soak (tests/soak), briefly: `make soak DURATION=10m` runs it longer.
 # Here with every small command through the sim's workers (its buffers
 # are small: inline, most would run on the caller), so that its threads'
