@@ -33,6 +33,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fz_driver_input(data, size);
+    fz_world_clear_new(&world, data, size);
     fz_src src;
     fz_src_input(&src, data, size);
     fz_engine_init(&engine, &world, 0);

@@ -57,6 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_src hdr;
     fz_src_input(&hdr, data + 1, 7);
     fz_world_make_shared(&world, &hdr);
+    fz_world_clear_new(&world, data, size);
     data += 8;
     size -= 8;
     fz_engine *eng = calloc((size_t)n, sizeof *eng);

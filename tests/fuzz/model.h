@@ -144,6 +144,7 @@ typedef struct fz_stats {
     atomic_uint_fast64_t cb_calls, misuse;
     atomic_uint_fast64_t known[4]; /* tolerated known divergences */
     atomic_uint_fast64_t peak; /* highest in_use seen */
+    atomic_uint_fast64_t cleared; /* new buffers found cleared */
 } fz_stats;
 
 struct fz_world {
@@ -161,6 +162,9 @@ struct fz_world {
      * soak's --faults): any call may fail for want of memory, and the
      * model's own reads and waits retry until the fault is gone. */
     bool outside_faults;
+    /* sw_set_clear_new, for the whole input (fz_world_clear_new): every
+     * new buffer of the device must read as zeros. */
+    bool clear_new[FZ_MAX_DEV];
     fz_callback cb[FZ_MAX_DEV][FZ_NCALLBACK];
     fz_shared shared[FZ_NSHARED];
     int nshared;
@@ -175,8 +179,13 @@ struct fz_world {
 /* Open the devices named (comma-separated specs), register the engine's
  * callbacks' storage; 0 or an SW_ERR code with a message on stderr. */
 int fz_world_open(fz_world *w, const char *specs, bool threaded);
-/* Every callback removed, every victim freed, budgets and faults reset. */
+/* Every callback removed, every victim freed, budgets and faults reset,
+ * new memory no longer cleared. */
 void fz_world_reset(fz_world *w);
+/* Turn sw_set_clear_new on for some devices, for this input, as a hash of
+ * its bytes says (a quarter of the inputs per device): the inputs' own
+ * bytes keep their meaning, and a replay does the same. */
+void fz_world_clear_new(fz_world *w, const uint8_t *data, size_t size);
 /* Free the victims no callback has freed (threaded: their donors have
  * forgotten them); the callbacks stay. */
 void fz_world_drain_victims(fz_world *w);

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------------
@@ -224,6 +225,25 @@ static bool op_alloc(fz_engine *e, fz_src *s)
         strcmp(got, e->buf[i].tag) != 0)
         fz_fail(e->w, e, "a new buffer's size/device/tag: %zu '%s' (want "
                 "%zu '%s')", sz, got, size, e->buf[i].tag);
+    /* New memory cleared (sw_set_clear_new for this input): it reads as
+     * zeros, whatever the block held before and whichever queue used it
+     * last. */
+    if (size > 0 && e->w->clear_new[d]) {
+        unsigned char *z = malloc(size);
+        if (z == NULL)
+            fz_fail(e->w, e, "no host memory to check a new buffer");
+        if (fz_read(e, h, 0, z, size) == SW_OK) {
+            size_t k = 0;
+            while (k < size && z[k] == 0)
+                k++;
+            if (k < size)
+                fz_fail(e->w, e, "new buffer %d (%zu bytes) on %s with "
+                        "clear_new: byte %zu is %u, not 0", i, size,
+                        e->w->spec[d], k, z[k]);
+            atomic_fetch_add(&e->w->stats.cleared, 1);
+        }
+        free(z);
+    }
     /* New memory holds anything: write it all, so that a late write by
      * earlier work on recycled memory would show. */
     if (size > 0) {

@@ -241,8 +241,30 @@ void fz_world_reset(fz_world *w)
         (void)sw_inject_fault(w->dev[d], SW_FAULT_COPY, 0, 0);
         (void)sw_inject_fault(w->dev[d], SW_FAULT_HOST_ALLOC, 0, 0);
         (void)sw_set_memory_budget(w->dev[d], 0);
+        if (w->clear_new[d]) {
+            int rc = sw_set_clear_new(w->dev[d], 0);
+            if (rc != SW_OK)
+                fz_fail(w, NULL, "sw_set_clear_new(%s, 0): %s", w->spec[d],
+                        fz_err(rc));
+            w->clear_new[d] = false;
+        }
     }
     (void)sw_inject_fault(NULL, SW_FAULT_HOST_ALLOC, 0, 0);
+}
+
+void fz_world_clear_new(fz_world *w, const uint8_t *data, size_t size)
+{
+    uint64_t h = UINT64_C(1469598103934665603);
+    for (size_t i = 0; i < size; i++)
+        h = (h ^ data[i]) * UINT64_C(1099511628211);
+    for (int d = 0; d < w->ndev; d++) {
+        bool on = ((h >> (40 + 2 * d)) & 3) == 0;
+        int rc = sw_set_clear_new(w->dev[d], on);
+        if (rc != SW_OK)
+            fz_fail(w, NULL, "sw_set_clear_new(%s, %d): %s", w->spec[d], on,
+                    fz_err(rc));
+        w->clear_new[d] = on;
+    }
 }
 
 void fz_world_drain_victims(fz_world *w)
@@ -351,6 +373,8 @@ void fz_world_print_stats(fz_world *w, const char *what, double seconds)
             what, (uint64_t)s->spills_seen, (uint64_t)s->restores_seen,
             (uint64_t)s->faults_armed, (uint64_t)s->cb_calls,
             (uint64_t)s->misuse, (uint64_t)s->peak);
+    fprintf(stderr, "%s: new buffers found cleared %" PRIu64 "\n", what,
+            (uint64_t)s->cleared);
     fprintf(stderr, "%s: NaN results adopted %" PRIu64
             ", float sums adopted %" PRIu64 ", parked frees resolved %" PRIu64
             ", known divergences tolerated",
