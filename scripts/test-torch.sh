@@ -55,13 +55,26 @@ if [[ ! -f $STAMP || $REQ -nt $STAMP ]]; then
     rm -f "$STAMP"
     # torch first, from this machine's disk only (pip's find-links), unless
     # told otherwise: the CPU build lies there on python-kernels machines.
+    # The wheel itself from the disk (pip's find-links: a dry run without
+    # the index says where it is), its dependencies (filelock, sympy, ...)
+    # from the index: a clean machine has only the wheel on disk.
     if [[ ${SW_TORCH_DOWNLOAD:-0} != 1 ]] &&
-        ! "$VENV/bin/python" -m pip install --disable-pip-version-check -q \
-            --no-index "$TORCH_PIN" >/dev/null 2>&1 &&
         ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
-        echo "$TORCH_PIN is not on this machine's disk (pip --no-index found"
-        echo "no wheel); SW_TORCH_DOWNLOAD=1 downloads it: not run"
-        exit 77
+        wheel=$("$VENV/bin/python" -m pip install --disable-pip-version-check \
+            -q --dry-run --no-index --no-deps --ignore-installed --report - \
+            "$TORCH_PIN" 2>/dev/null | "$VENV/bin/python" -c '
+import json, sys, urllib.parse
+url = json.load(sys.stdin)["install"][0]["download_info"]["url"]
+print(urllib.parse.unquote(url[len("file://"):]) if url.startswith("file://") else "")
+' 2>/dev/null)
+        if [[ -z $wheel || ! -f $wheel ]]; then
+            echo "$TORCH_PIN is not on this machine's disk (pip --no-index found"
+            echo "no wheel); SW_TORCH_DOWNLOAD=1 downloads it: not run"
+            exit 77
+        fi
+        say "installing $(basename "$wheel") from the disk"
+        "$VENV/bin/python" -m pip install --disable-pip-version-check -q \
+            "$wheel" || { say "pip install $wheel failed"; exit 1; }
     fi
     say "installing $REQ into $VENV"
     "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$REQ" ||
