@@ -480,7 +480,11 @@ static int open_registered(const char *spec, size_t bi, int index,
                               memory_order_release);
     }
     if (dev->refs > 0) {
+        /* Under the device lock too: the last close reads refs under it
+         * alone (sw_device_close, before it takes the registry lock). */
+        sw__lock(dev);
         dev->refs++;
+        sw__unlock(dev);
         *out = dev;
         return SW_OK;
     }
