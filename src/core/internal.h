@@ -254,7 +254,6 @@ typedef struct sw__fault {
 #define SW__SCRATCH_SLOT 16u
 #define SW__SCRATCH_SLOTS (SW_ALLOC_GRANULARITY / SW__SCRATCH_SLOT)
 
-
 typedef struct sw__callback {
     sw_pressure_fn fn; /* NULL: free slot */
     void *user;
@@ -330,8 +329,7 @@ struct sw_device {
     /* The disk tier (disk.c): the host budget (0: none), the spill file
      * (0 until first needed) and its next offset, and the figures. */
     uint64_t host_budget;
-    /* sw_set_clear_new: every new buffer reads as zeros until written. */
-    bool clear_new;
+    bool clear_new; /* sw_set_clear_new: new buffers read as zeros */
     int disk_fd;
     uint64_t disk_end;
     uint64_t spilled_disk; /* alloc sizes of the bases on disk */
